@@ -1,0 +1,75 @@
+"""Object lookups scoped to the requesting user's projects: anything outside them is a 404,
+and write access (import, delete, branch, simulate) needs the admin or researcher role."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest
+from django.shortcuts import get_object_or_404
+
+from studio.models import Branch, Membership, Project, SimulationJob, Step, Trajectory
+
+
+def membership_for(request: HttpRequest, project_id: int) -> Membership:
+    membership = (
+        Membership.objects.select_related("project")
+        .filter(project_id=project_id, user_id=request.user.pk)
+        .first()
+    )
+    if membership is None:
+        raise Http404("No such project")
+    return membership
+
+
+def require_edit(membership: Membership) -> None:
+    if not membership.can_edit:
+        raise PermissionDenied("Annotators can view but not change trajectories.")
+
+
+def get_project_for_user(
+    request: HttpRequest, pk: int, *, edit: bool = False
+) -> tuple[Project, Membership]:
+    membership = membership_for(request, pk)
+    if edit:
+        require_edit(membership)
+    return membership.project, membership
+
+
+def get_trajectory_for_user(
+    request: HttpRequest, pk: int, *, edit: bool = False
+) -> tuple[Trajectory, Membership]:
+    trajectory = get_object_or_404(Trajectory.objects.select_related("project"), pk=pk)
+    membership = membership_for(request, trajectory.project_id)
+    if edit:
+        require_edit(membership)
+    return trajectory, membership
+
+
+def get_branch_for_user(
+    request: HttpRequest, pk: int, *, edit: bool = False
+) -> tuple[Branch, Membership]:
+    branch = get_object_or_404(Branch.objects.select_related("trajectory__project"), pk=pk)
+    membership = membership_for(request, branch.trajectory.project_id)
+    if edit:
+        require_edit(membership)
+    return branch, membership
+
+
+def get_step_for_user(
+    request: HttpRequest, pk: int, *, edit: bool = False
+) -> tuple[Step, Membership]:
+    step = get_object_or_404(Step.objects.select_related("branch__trajectory"), pk=pk)
+    membership = membership_for(request, step.branch.trajectory.project_id)
+    if edit:
+        require_edit(membership)
+    return step, membership
+
+
+def get_simulation_job_for_user(
+    request: HttpRequest, pk: int, *, edit: bool = False
+) -> tuple[SimulationJob, Membership]:
+    job = get_object_or_404(SimulationJob.objects.select_related("trajectory"), pk=pk)
+    membership = membership_for(request, job.trajectory.project_id)
+    if edit:
+        require_edit(membership)
+    return job, membership

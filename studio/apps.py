@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class StudioConfig(AppConfig):
+    name = "studio"
+    default_auto_field = "django.db.models.BigAutoField"

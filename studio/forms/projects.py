@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib.auth import get_user_model
+
+from studio.models import Membership, Project, Role
+
+
+class ProjectForm(forms.ModelForm):
+    class Meta:
+        model = Project
+        fields = ["name", "description"]
+        widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        if not name:
+            raise forms.ValidationError("A project needs a name.")
+        return name
+
+
+class MemberForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.RESEARCHER)
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.project = project
+
+    def clean_username(self):
+        username = self.cleaned_data["username"].strip()
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise forms.ValidationError(f"No user is called {username!r}.")
+        self.cleaned_data["user"] = user
+        return username
+
+    def save(self) -> Membership:
+        membership, _ = Membership.objects.update_or_create(
+            project=self.project,
+            user=self.cleaned_data["user"],
+            defaults={"role": self.cleaned_data["role"]},
+        )
+        return membership

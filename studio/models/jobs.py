@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class JobBase(models.Model):
+    status = models.CharField(
+        max_length=20, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True
+    )
+    error = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+class ImportJob(JobBase):
+    """An uploaded file imported by a worker; the page polls this row for progress."""
+
+    project = models.ForeignKey(
+        "studio.Project", on_delete=models.CASCADE, related_name="import_jobs"
+    )
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    original_name = models.CharField(max_length=500)
+    stored_path = models.CharField(max_length=1000)
+    size_bytes = models.BigIntegerField(default=0)
+    format = models.CharField(max_length=40, blank=True)  # forced format, or blank to detect
+    domain = models.CharField(max_length=20, blank=True)  # forced domain, or blank
+    detected_format = models.CharField(max_length=40, blank=True)
+    # 0..1: share of records parsed, then written
+    progress = models.FloatField(default=0.0)
+    trajectories_created = models.PositiveIntegerField(default=0)
+    steps_created = models.PositiveIntegerField(default=0)
+    trajectories_skipped = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class SimulationMode(models.TextChoices):
+    NEXT = "next", "Next observation only"
+    REPLAY = "replay", "Counterfactual replay of recorded actions"
+    ROLLOUT = "rollout", "Agent rollout"
+
+
+class SimulationJob(JobBase):
+    """One request to the world model: N futures of `branch` forked at step `fork_index`.
+
+    The job creates N sibling branches up front (Branch.job points here); the worker fills
+    their steps. Timings and token counts add up over all samples."""
+
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    trajectory = models.ForeignKey(
+        "studio.Trajectory", on_delete=models.CASCADE, related_name="simulation_jobs"
+    )
+    branch = models.ForeignKey(
+        "studio.Branch", on_delete=models.CASCADE, related_name="simulation_jobs_from"
+    )
+    fork_index = models.PositiveIntegerField()  # index of the step whose observation is simulated
+    action = models.TextField(blank=True)  # the (possibly edited) action at fork_index
+    mode = models.CharField(
+        max_length=20, choices=SimulationMode.choices, default=SimulationMode.NEXT
+    )
+    n = models.PositiveIntegerField(default=1)
+    max_steps = models.PositiveIntegerField(default=1)  # rollout: agent steps at most
+    # temperature, top_p, max_tokens, seed
+    params = models.JSONField(default=dict, blank=True)
+    backend = models.CharField(max_length=20)  # retrieval | openai | hf
+    model = models.CharField(max_length=300, blank=True)
+    base_url = models.CharField(max_length=500, blank=True)
+    queue = models.CharField(max_length=50, default="default")
+    cancel_requested = models.BooleanField(default=False)
+    # 0..1 over all samples, and a phase: queued, prefill, decoding, saving
+    progress = models.FloatField(default=0.0)
+    phase = models.CharField(max_length=20, default="queued")
+    queue_wait_s = models.FloatField(null=True, blank=True)
+    prefill_s = models.FloatField(null=True, blank=True)
+    decode_s = models.FloatField(null=True, blank=True)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    tokens_per_s = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]

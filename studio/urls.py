@@ -1,0 +1,23 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.urls import include, path
+
+from studio.views.health import healthz
+
+urlpatterns = [
+    path(
+        "login/",
+        login_not_required(auth_views.LoginView.as_view(template_name="auth/login.html")),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("", include("studio.views.projects")),
+    path("", include("studio.views.library")),
+    path("", include("studio.views.trajectories")),
+    path("", include("studio.views.imports")),
+    path("", include("studio.views.simulation")),
+    path("", include("studio.views.branches")),
+]

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from studio.models import Membership, Project, Role
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_queues():
+    # Each test run gets its own queue names so a developer's running worker never
+    # takes test jobs, and two runs never see each other's jobs.
+    settings.STUDIO_QUEUE_PREFIX = f"test{os.getpid()}-"
+    yield
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"shared data not found at {SHARED_DATA} (expected ../shared/data)")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def make_user(django_user_model):
+    def make(username: str, password: str = "pw-for-tests-1"):
+        return django_user_model.objects.create_user(username=username, password=password)
+
+    return make
+
+
+@pytest.fixture
+def project(db, make_user):
+    """A project with one user per role, plus an outsider who belongs to another project."""
+    proj = Project.objects.create(name="Test project")
+    users = {}
+    for role in (Role.ADMIN, Role.RESEARCHER, Role.ANNOTATOR):
+        user = make_user(role.value)
+        Membership.objects.create(project=proj, user=user, role=role)
+        users[role.value] = user
+    outsider = make_user("outsider")
+    other = Project.objects.create(name="Other project")
+    Membership.objects.create(project=other, user=outsider, role=Role.ADMIN)
+    proj.users = users  # type: ignore[attr-defined]
+    proj.outsider = outsider  # type: ignore[attr-defined]
+    proj.other = other  # type: ignore[attr-defined]
+    return proj
+
+
+@pytest.fixture
+def researcher_client(client, project):
+    client.force_login(project.users["researcher"])
+    return client
+
+
+@pytest.fixture
+def annotator_client(client, project):
+    client.force_login(project.users["annotator"])
+    return client
+
+
+@pytest.fixture
+def outsider_client(client, project):
+    client.force_login(project.outsider)
+    return client
+
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium driven by Playwright (never a downloaded browser)."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM}; install Debian's chromium package")
+    # Playwright's sync API runs an event loop in this thread; Django must allow ORM calls.
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(15000)
+    yield pg
+    context.close()
+
+
+@pytest.fixture
+def login(live_server):
+    def do_login(page, username: str, password: str = "pw-for-tests-1"):
+        page.goto(f"{live_server.url}/login/")
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", password)
+        page.click("button[type=submit]")
+        page.wait_for_url(lambda url: "/login/" not in url)
+        return page
+
+    return do_login

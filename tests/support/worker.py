@@ -1,0 +1,109 @@
+"""Start a real Celery worker process against the test database and the configured broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_database_url() -> str:
+    s = connection.settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{s['NAME']}"
+    auth = s["USER"] or ""
+    if s["PASSWORD"]:
+        auth += f":{s['PASSWORD']}"
+    host = s["HOST"] or "127.0.0.1"
+    port = f":{s['PORT']}" if s["PORT"] else ""
+    return f"postgres://{auth}{'@' if auth else ''}{host}{port}/{s['NAME']}"
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": test_database_url(),
+            "STUDIO_QUEUE_PREFIX": settings.STUDIO_QUEUE_PREFIX,
+            "STUDIO_DATA_DIR": str(settings.DATA_DIR),
+            "DEBUG": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if settings.REDIS_URL:
+        env["REDIS_URL"] = settings.REDIS_URL
+    env.update(extra or {})
+    return env
+
+
+@contextmanager
+def running_worker(
+    queues: tuple[str, ...] = ("default", "gpu"),
+    *,
+    extra_env: dict[str, str] | None = None,
+    log_path: Path | None = None,
+    pool: str = "prefork",
+) -> Iterator[subprocess.Popen]:
+    """A `celery worker` subprocess consuming this test run's queues; stopped on exit."""
+    prefix = settings.STUDIO_QUEUE_PREFIX
+    names = ",".join(f"{prefix}{q}" for q in queues)
+    log_path = log_path or Path(settings.DATA_DIR) / f"worker-{os.getpid()}.log"
+    log = open(log_path, "ab")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "celery", "-A", "studio", "worker",
+            "-Q", names, "-c", "1", "--pool", pool, "-l", "INFO",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-n", f"test-{os.getpid()}-{time.monotonic_ns()}@%h",
+        ],
+        cwd=ROOT,
+        env=worker_env(extra_env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        _wait_ready(proc, log_path)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def _wait_ready(proc: subprocess.Popen, log_path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"worker exited early:\n{log_path.read_text()[-4000:]}")
+        if b"ready." in log_path.read_bytes():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"worker not ready after {timeout}s:\n{log_path.read_text()[-4000:]}")
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.2):
+    """Poll `predicate` until it returns something truthy; fail with its last value."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
