@@ -1,31 +1,71 @@
 #!/usr/bin/env bash
-# Install and start AgentWorld Studio with demo data on embedded defaults:
-# SQLite, a Celery worker (Redis if one answers, else kombu's filesystem transport), no GPU.
+# Install and start AgentWorld Studio with its demo data on embedded defaults: SQLite in var/,
+# a Celery worker (Redis when REDIS_URL is set or a local one answers, else kombu's filesystem
+# transport in var/broker), no GPU and no model weights. Prints the URL and the demo logins.
+#   PORT=8001 scripts/dev.sh          another port (default 8000)
+#   STUDIO_BROKER=filesystem ...      use the embedded broker even if Redis is running
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 PORT=${PORT:-8000}
+HOST=${HOST:-127.0.0.1}
+
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "dev.sh: needs Python 3.11 or newer as \$PYTHON (got: $("$PYTHON" --version 2>&1 || echo none))" >&2
+  exit 1
+fi
 if [ ! -x .venv/bin/python ]; then
+  echo "Creating the virtual environment in .venv ..."
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+# Reinstall only when the project's dependencies changed since the last run.
+STAMP=.venv/.studio-installed
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+  echo "Installing AgentWorld Studio and its dependencies into .venv ..."
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e .
+  touch "$STAMP"
+fi
+
 export DEBUG=${DEBUG:-1}
-.venv/bin/python manage.py migrate --noinput
-.venv/bin/python manage.py load_demo
-.venv/bin/python manage.py shell -c "from django.conf import settings; print('Broker:', settings.BROKER_DESCRIPTION)"
+export DJANGO_SETTINGS_MODULE=studio.settings
+PY=.venv/bin/python
+$PY manage.py migrate --noinput -v 0
+$PY manage.py load_demo
+$PY - <<'PY'
+from django.conf import settings
+
+db = settings.DATABASES["default"]
+print(f"Database: {db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}")
+print(f"Broker:   {settings.BROKER_DESCRIPTION}")
+PY
+
 mkdir -p var
-.venv/bin/celery -A studio worker -Q default,gpu -c 2 -l INFO >var/worker.log 2>&1 &
+# One worker for the default and gpu queues (a gpu job without torch fails with a clear error).
+$PY -m celery -A studio worker -Q default,gpu -c 2 -l INFO >var/worker.log 2>&1 &
 WORKER=$!
-trap 'kill $WORKER 2>/dev/null || true' EXIT INT TERM
+SERVER=""
+cleanup() {
+  trap - EXIT INT TERM
+  echo "Stopping the studio ..."
+  for pid in $SERVER $WORKER; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The server runs in the background so that Ctrl-C or a TERM to this script stops both
+# processes (no autoreloader: a reloader child would outlive its parent).
+$PY manage.py runserver --noreload "${HOST}:${PORT}" &
+SERVER=$!
 cat <<MSG
 
-  AgentWorld Studio is starting at  http://127.0.0.1:${PORT}/
+  AgentWorld Studio is starting at  http://${HOST}:${PORT}/
   Demo logins (password for all: demo-password):
-    admin        project admin
-    researcher   branches and simulates
-    annotator    views and rates
+    admin        project admin: imports, deletes, manages members
+    researcher   imports, branches and simulates
+    annotator    reads and annotates
   Worker log: var/worker.log     Stop with Ctrl-C.
 
 MSG
-.venv/bin/python manage.py runserver "127.0.0.1:${PORT}"
+wait "$SERVER"

@@ -98,14 +98,24 @@ def redis_answers(host: str = "127.0.0.1", port: int = 6379, timeout: float = 0.
 def choose_broker(redis_url: str | None, data_dir: str) -> tuple[str, dict, str]:
     """Pick the Celery broker: REDIS_URL, else a local Redis, else kombu's filesystem transport.
 
-    Returns (broker_url, transport_options, human description).
+    Returns (broker_url, transport_options, human description). STUDIO_BROKER=filesystem
+    forces the embedded transport even when Redis is around (to try the no-Redis set-up).
     """
+    forced = (os.environ.get("STUDIO_BROKER") or "auto").strip().lower()
+    if forced not in {"auto", "filesystem"}:
+        raise ConfigError(f"STUDIO_BROKER={forced!r} must be auto or filesystem")
+    if forced == "filesystem":
+        return _filesystem_broker(data_dir, "STUDIO_BROKER=filesystem")
     if redis_url:
         if not redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"REDIS_URL={redis_url!r} must start with redis://, rediss:// or unix://")
         return redis_url, {}, f"Redis at {redis_url} (REDIS_URL)"
     if redis_answers():
         return "redis://127.0.0.1:6379/0", {}, "local Redis at 127.0.0.1:6379 (answered a PING)"
+    return _filesystem_broker(data_dir, "no Redis found")
+
+
+def _filesystem_broker(data_dir: str, why: str) -> tuple[str, dict, str]:
     folder = os.path.join(data_dir, "broker")
     for sub in ("in", "processed"):
         os.makedirs(os.path.join(folder, sub), exist_ok=True)
@@ -115,4 +125,4 @@ def choose_broker(redis_url: str | None, data_dir: str) -> tuple[str, dict, str]
         "processed_folder": os.path.join(folder, "processed"),
         "store_processed": False,
     }
-    return "filesystem://", options, f"embedded filesystem transport in {folder} (no Redis found)"
+    return "filesystem://", options, f"embedded filesystem transport in {folder} ({why})"

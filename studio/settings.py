@@ -134,6 +134,9 @@ CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS, BROKER_DESCRIPTION = choose_
 # The longest job we allow; the broker must not redeliver a job that is still running.
 STUDIO_JOB_HARD_LIMIT_S = env_int("STUDIO_JOB_HARD_LIMIT_S", 3600, minimum=10)
 STUDIO_JOB_SOFT_LIMIT_S = max(5, STUDIO_JOB_HARD_LIMIT_S - 30)
+# A RUNNING job whose worker heartbeat is older than this is marked failed ("worker lost") when
+# a worker starts or the job is polled; workers beat every STUDIO_JOB_STALE_S / 6 seconds.
+STUDIO_JOB_STALE_S = env_int("STUDIO_JOB_STALE_S", 120, minimum=2)
 if CELERY_BROKER_URL.startswith(("redis", "unix")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": STUDIO_JOB_HARD_LIMIT_S + 600}
 CELERY_TASK_ACKS_LATE = True

@@ -1,3 +1,196 @@
-from django.urls import path  # noqa: F401
+"""Branch tree, compare, rename, star and delete."""
 
-urlpatterns: list = []
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlparse
+
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path, reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_POST
+
+from studio.access import get_branch_for_user, get_trajectory_for_user
+from studio.forms.branching import CompareForm, RenameBranchForm
+from studio.http import HtmxHttpRequest
+from studio.models import Branch, Step
+from studio.services.branches import (
+    LABEL_LIMIT,
+    BranchError,
+    build_comparison,
+    build_tree_figure,
+    check_delete_branch,
+    do_delete_branch,
+    do_rename_branch,
+    do_toggle_star,
+    layout_tree,
+    tree_nodes,
+)
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _current_branch_id(request: HtmxHttpRequest) -> int | None:
+    """`?branch=` of this request, or of the page that loaded this fragment with htmx."""
+    current = _int_or_none(request.GET.get("branch"))
+    if current is None and request.htmx and request.htmx.current_url:
+        query = parse_qs(urlparse(request.htmx.current_url).query)
+        current = _int_or_none((query.get("branch") or [None])[0])
+    return current
+
+
+def branch_page_url(branch: Branch) -> str:
+    return f"{reverse('trajectory', args=[branch.trajectory_id])}?branch={branch.pk}"
+
+
+def _back_url(request: HtmxHttpRequest, fallback: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return fallback
+
+
+def branch_tree(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
+    """The Plotly tree of all branches plus a branch list to pick branches to compare. A
+    fragment for the trajectory page (htmx) and a page of its own otherwise."""
+    trajectory, membership = get_trajectory_for_user(request, trajectory_id)
+    current_id = _current_branch_id(request)
+    nodes = layout_tree(tree_nodes(trajectory))
+    standalone = not request.htmx
+    figure = build_tree_figure(trajectory, current_id, nodes=nodes, compact=not standalone)
+    by_row = sorted(nodes, key=lambda n: n.y)
+    # "Compare all children of one fork" links: children grouped by parent and fork step.
+    groups: dict[int, dict[int, int]] = {}
+    for n in nodes:
+        if n.parent_id is not None:
+            at = groups.setdefault(n.parent_id, {})
+            at[n.fork_index] = at.get(n.fork_index, 0) + 1
+    for n in by_row:
+        n.fork_groups = sorted((at, c) for at, c in groups.get(n.pk, {}).items() if c > 1)
+    # Back links from forms in the fragment lead to the page the user is on.
+    here = (request.htmx.current_url if request.htmx else None) or request.get_full_path()
+    context = {
+        "trajectory": trajectory,
+        "project": trajectory.project,
+        "membership": membership,
+        "figure": figure,
+        "figure_id": f"branch-tree-figure-{trajectory.pk}",
+        "nodes": by_row,
+        "current_id": current_id,
+        "collapsed": len(by_row) > LABEL_LIMIT,
+        "here": here,
+        "can_edit": membership.can_edit,
+        "standalone": standalone,
+    }
+    template = "branches/tree.html" if standalone else "branches/tree.html#tree"
+    return render(request, template, context)
+
+
+def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
+    trajectory, membership = get_trajectory_for_user(request, trajectory_id)
+    branches = list(trajectory.branches.order_by("pk"))
+    asked = any(key in request.GET for key in ("b", "fork"))
+    form = CompareForm(request.GET if asked else None, branches=branches)
+    comparison = None
+    diff = "words"
+    if asked and form.is_valid():
+        diff = form.cleaned_data.get("diff") or "words"
+        comparison = build_comparison(trajectory, form.cleaned_data["selected"], diff=diff)
+    return render(
+        request,
+        "branches/compare.html",
+        {
+            "trajectory": trajectory,
+            "project": trajectory.project,
+            "membership": membership,
+            "form": form,
+            "comparison": comparison,
+            "branches": branches,
+            "selected_ids": [b.pk for b in comparison.branches] if comparison else [],
+            "diff": diff,
+        },
+        status=400 if asked and comparison is None else 200,
+    )
+
+
+@require_POST
+def branch_rename(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
+    branch, _ = get_branch_for_user(request, branch_id, edit=True)
+    form = RenameBranchForm(request.POST)
+    if form.is_valid():
+        old = branch.name
+        do_rename_branch(branch, form.cleaned_data["name"])
+        messages.success(request, f"Renamed branch {old!r} to {branch.name!r}.")
+    else:
+        messages.error(request, f"Branch not renamed: {' '.join(form.errors['name'])}")
+    return redirect(_back_url(request, branch_page_url(branch)))
+
+
+@require_POST
+def branch_star(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
+    branch, _ = get_branch_for_user(request, branch_id, edit=True)
+    do_toggle_star(branch)
+    word = "Starred" if branch.starred else "Unstarred"
+    messages.success(request, f"{word} branch {branch.name!r}.")
+    return redirect(_back_url(request, branch_page_url(branch)))
+
+
+@require_http_methods(["GET", "POST"])
+def branch_delete(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
+    """GET: what will be deleted, with a confirmation button. POST: delete it."""
+    branch, membership = get_branch_for_user(request, branch_id, edit=True)
+    trajectory = branch.trajectory
+    after = f"{reverse('trajectory', args=[trajectory.pk])}?branch={branch.parent_id or branch.pk}"
+    try:
+        doomed = check_delete_branch(branch)
+    except BranchError as exc:
+        if request.method == "POST":
+            messages.error(request, str(exc))
+            return redirect(branch_page_url(branch))
+        doomed, error = [], str(exc)
+    else:
+        error = ""
+    if request.method == "POST" and not error:
+        try:
+            count = do_delete_branch(branch)
+        except BranchError as exc:  # something started running in between
+            messages.error(request, str(exc))
+            return redirect(branch_page_url(branch))
+        messages.success(
+            request,
+            f"Deleted branch {branch.name!r}"
+            + (f" and {count - 1} descendant branch(es)." if count > 1 else "."),
+        )
+        return redirect(after)
+    n_steps = Step.objects.filter(branch__in=[b.pk for b in doomed]).count() if doomed else 0
+    return render(
+        request,
+        "branches/delete.html",
+        {
+            "trajectory": trajectory,
+            "project": trajectory.project,
+            "membership": membership,
+            "branch": branch,
+            "doomed": doomed,
+            "n_steps": n_steps,
+            "error": error,
+        },
+        status=409 if error else 200,
+    )
+
+
+urlpatterns = [
+    path("trajectories/<int:trajectory_id>/tree/", branch_tree, name="branch_tree"),
+    path("trajectories/<int:trajectory_id>/compare/", branch_compare, name="branch_compare"),
+    path("branches/<int:branch_id>/rename/", branch_rename, name="branch_rename"),
+    path("branches/<int:branch_id>/star/", branch_star, name="branch_star"),
+    path("branches/<int:branch_id>/delete/", branch_delete, name="branch_delete"),
+]

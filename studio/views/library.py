@@ -1,23 +1,102 @@
+"""The project library: search, filter, sort and page through trajectories; delete one."""
+
 from __future__ import annotations
 
-from django.http import HttpResponse
-from django.shortcuts import render
-from django.urls import path
+from urllib.parse import urlencode
 
-from studio.access import get_project_for_user
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.functions import Lower
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.views.decorators.http import require_http_methods
+
+from studio.access import get_project_for_user, get_trajectory_for_user
+from studio.forms.library import SORTS, LibraryFilterForm
 from studio.http import HtmxHttpRequest
+from studio.models import Project, Step, Trajectory
+
+PAGE_SIZE = 25
+
+
+def search_trajectories(project: Project, data: dict) -> QuerySet[Trajectory]:
+    """Trajectories of `project` matching the cleaned filter data, in the requested order.
+    Text search looks at the title, the task and the actions and observations of every
+    branch (an EXISTS subquery, so each trajectory appears once)."""
+    qs = project.trajectories.all()
+    if data.get("domain"):
+        qs = qs.filter(domain=data["domain"])
+    if data.get("source"):
+        qs = qs.filter(source_format=data["source"])
+    if data.get("tag"):
+        qs = qs.filter(tags__name=data["tag"])
+    q = data.get("q")
+    if q:
+        step_match = Step.objects.filter(branch__trajectory=OuterRef("pk")).filter(
+            Q(action__icontains=q) | Q(observation__icontains=q)
+        )
+        qs = qs.filter(
+            Q(title__icontains=q) | Q(task_instruction__icontains=q) | Exists(step_match)
+        )
+    sort = data.get("sort") or "newest"
+    order = SORTS[sort]
+    if sort == "title":
+        qs = qs.order_by(Lower("title"), "id")
+    else:
+        qs = qs.order_by(*order)
+    return qs.defer("system_prompt", "tools", "metadata").prefetch_related("tags")
 
 
 def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id)
-    trajectories = project.trajectories.order_by("-created_at")[:50]
-    return render(
-        request,
-        "library/library.html",
-        {"project": project, "membership": membership, "trajectories": trajectories},
-    )
+    form = LibraryFilterForm(request.GET or None, project=project)
+    status = 200
+    page = None
+    if form.is_bound and not form.is_valid():
+        status = 400
+    else:
+        data: dict = form.cleaned_data if form.is_bound else {"sort": "newest", "page": 1}
+        paginator = Paginator(search_trajectories(project, data), PAGE_SIZE)
+        page = paginator.get_page(int(data.get("page") or 1))
+    # Links keep the filters and change only the page number.
+    params = {k: v for k, v in request.GET.items() if k != "page" and v}
+    context = {
+        "project": project,
+        "membership": membership,
+        "form": form,
+        "page": page,
+        "query_prefix": urlencode(params) + ("&" if params else ""),
+        "can_edit": membership.can_edit,
+        "total": project.trajectories.count(),
+    }
+    template = "library/library.html"
+    if request.htmx and not request.htmx.history_restore_request:
+        template += "#results"
+    return render(request, template, context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+def trajectory_delete(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
+    trajectory, membership = get_trajectory_for_user(request, trajectory_id, edit=True)
+    if request.method == "GET":
+        return render(
+            request,
+            "library/confirm_delete.html",
+            {"project": trajectory.project, "membership": membership, "trajectory": trajectory},
+        )
+    project_id = trajectory.project_id
+    title = trajectory.title
+    trajectory.delete()
+    if request.htmx:
+        # The library row asked: it is replaced by nothing.
+        return HttpResponse("")
+    messages.success(request, f"Deleted trajectory “{title}”.")
+    return redirect("library", project_id=project_id)
 
 
 urlpatterns = [
     path("projects/<int:project_id>/", library, name="library"),
+    path("trajectories/<int:trajectory_id>/delete/", trajectory_delete, name="trajectory_delete"),
 ]

@@ -1,3 +1,218 @@
-from django.urls import path  # noqa: F401
+"""Branch at a step (the editor), and the live page of the simulation job it starts."""
 
-urlpatterns: list = []
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Q
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import path, reverse
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from studio.access import get_branch_for_user, get_simulation_job_for_user
+from studio.forms.branching import ACTION_SNIPPETS, SimulateForm, pretty_json_or_none
+from studio.http import HtmxHttpRequest
+from studio.models import Branch, JobStatus, SimulationJob, Step
+from studio.models.trajectories import BranchStatus, ParseStatus
+from studio.services import job_runtime, simulation
+
+ACTIVE_BRANCH_STATUSES = (BranchStatus.QUEUED, BranchStatus.RUNNING)
+
+
+@require_http_methods(["GET", "POST"])
+def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpResponse:
+    """The editor: the action at step `index` of `branch`, and how to simulate from there."""
+    branch, membership = get_branch_for_user(request, branch_id, edit=True)
+    trajectory = branch.trajectory
+    steps = list(
+        branch.all_steps()
+        # Only the fork step and two before it: trajectories run to thousands of steps.
+        .filter(index__gte=max(0, index - 2), index__lte=index)
+        .only(
+            "id",
+            "index",
+            "action",
+            "observation",
+            "branch_id",
+            "provenance",
+            "parse_status",
+            "meta",
+        )
+    )
+    step = next((s for s in steps if s.index == index), None)
+    if step is None:
+        raise Http404(f"Branch {branch.name!r} has no step {index}.")
+    total = branch.all_steps().count()
+    steps_after = total - index - 1
+    initial_action = pretty_json_or_none(step.action) or step.action
+    form = SimulateForm(
+        request.POST if request.method == "POST" else None,
+        domain=trajectory.domain,
+        steps_after=steps_after,
+        initial={"action": initial_action},
+    )
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            job = simulation.do_start_simulation(
+                user=request.user,
+                branch=branch,
+                fork_index=index,
+                action=data["action"],
+                mode=data["mode"],
+                n=data["n"],
+                params=form.sampling_params(),
+                backend=data["backend"],
+                model=data["model"],
+                base_url=data["base_url"],
+                max_steps=data["max_steps"],
+            )
+        except ValidationError as exc:
+            # The service re-checks what depends on the database (a step that is gone, an
+            # agent model that is not configured); its message goes back to the form.
+            form.add_error(None, "; ".join(exc.messages))
+        else:
+            messages.success(
+                request, f"Started {data['n']} simulation(s) from step {index} of {branch.name!r}."
+            )
+            return redirect("simulation_job", job_id=job.pk)
+    context = {
+        "trajectory": trajectory,
+        "project": trajectory.project,
+        "membership": membership,
+        "branch": branch,
+        "step": step,
+        "index": index,
+        "context_steps": [s for s in steps if s.index < index],
+        "steps_after": steps_after,
+        "form": form,
+        "snippets": ACTION_SNIPPETS.get(trajectory.domain, []),
+        "recorded_action": step.action,
+    }
+    template = "simulation/editor.html#editor" if request.htmx else "simulation/editor.html"
+    return render(request, template, context, status=400 if form.errors else 200)
+
+
+# Steps shown per branch on the job page (replay and rollout make many; the rest are one
+# click away on the branch's own page). The page is polled every 500 ms: keep it bounded.
+JOB_STEPS_SHOWN = 3
+
+
+def _job_context(job: SimulationJob, membership) -> dict:
+    branches = list(
+        job.branches.order_by("sample_index", "pk").annotate(
+            n_own=Count("steps"),
+            n_malformed=Count(
+                "steps",
+                filter=Q(steps__parse_status__in=[ParseStatus.NO_TAG, ParseStatus.UNCLOSED]),
+            ),
+        )
+    )
+    own_steps: dict[int, list[Step]] = {b.pk: [] for b in branches}
+    shown = Step.objects.filter(
+        branch__in=[b.pk for b in branches], index__lt=job.fork_index + JOB_STEPS_SHOWN
+    ).order_by("branch_id", "index")
+    for s in shown:
+        own_steps[s.branch_id].append(s)
+    rows = []
+    for b in branches:
+        steps = own_steps.get(b.pk, [])
+        malformed = [
+            s for s in steps if s.parse_status in (ParseStatus.NO_TAG, ParseStatus.UNCLOSED)
+        ]
+        rows.append(
+            {
+                "branch": b,
+                "steps": steps,
+                "more_steps": b.n_own - len(steps),
+                "malformed": malformed,
+                "n_malformed": b.n_malformed,
+                "more_malformed": b.n_malformed - len(malformed),
+                "progress": b.progress or {},
+            }
+        )
+    active = any(b.status in ACTIVE_BRANCH_STATUSES for b in branches)
+    done = job.is_finished and not active
+    counts: dict[str, int] = {}
+    for b in branches:
+        counts[b.status] = counts.get(b.status, 0) + 1
+    return {
+        "job": job,
+        "trajectory": job.trajectory,
+        "project": job.trajectory.project,
+        "membership": membership,
+        "rows": rows,
+        "done": done,
+        "counts": counts,
+        "n_malformed": sum(r["n_malformed"] for r in rows),
+        "can_edit": membership.can_edit,
+    }
+
+
+def _refresh_stale(job: SimulationJob) -> SimulationJob:
+    """Polling a job also notices a worker that died under it: a RUNNING job whose heartbeat
+    is too old is marked failed by the jobs runtime (and the page then stops polling)."""
+    if job.status != JobStatus.RUNNING or job.heartbeat_at is None:
+        return job
+    if (timezone.now() - job.heartbeat_at).total_seconds() > job_runtime.stale_after_s():
+        job_runtime.reap_stale_jobs()
+        job.refresh_from_db()
+    return job
+
+
+def simulation_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    """The live page of one job: per branch status, phase, tokens, streamed text, result.
+    htmx polls the `progress` partial every 500 ms; it answers 286 (stop polling) when done."""
+    job, membership = get_simulation_job_for_user(request, job_id)
+    job = _refresh_stale(job)
+    context = _job_context(job, membership)
+    if request.htmx:
+        html = render_to_string("simulation/job.html#progress", context, request=request)
+        if context["done"]:
+            return HttpResponseStopPolling(html)
+        return HttpResponse(html)
+    return render(request, "simulation/job.html", context)
+
+
+@require_POST
+def simulation_job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    job, _ = get_simulation_job_for_user(request, job_id, edit=True)
+    if job.is_finished:
+        messages.error(request, f"Job {job.pk} has already finished ({job.status}).")
+    else:
+        simulation.do_cancel_job(job)
+        messages.success(request, f"Asked job {job.pk} to stop; finished branches are kept.")
+    return redirect("simulation_job", job_id=job.pk)
+
+
+@require_POST
+def simulation_job_retry(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    job, _ = get_simulation_job_for_user(request, job_id, edit=True)
+    if not job.is_finished:
+        messages.error(request, f"Job {job.pk} is still {job.status}; cancel it before retrying.")
+        return redirect("simulation_job", job_id=job.pk)
+    try:
+        new_job = simulation.do_retry_job(job, user=request.user)
+    except ValidationError as exc:
+        messages.error(request, f"Could not retry job {job.pk}: {'; '.join(exc.messages)}")
+        return redirect("simulation_job", job_id=job.pk)
+    messages.success(
+        request, f"Retrying job {job.pk} as job {new_job.pk}; the old branches are kept."
+    )
+    return redirect("simulation_job", job_id=new_job.pk)
+
+
+def branch_fork_url(branch: Branch, index: int) -> str:
+    return reverse("branch_fork", args=[branch.pk, index])
+
+
+urlpatterns = [
+    path("branches/<int:branch_id>/steps/<int:index>/fork/", branch_fork, name="branch_fork"),
+    path("jobs/<int:job_id>/", simulation_job, name="simulation_job"),
+    path("jobs/<int:job_id>/cancel/", simulation_job_cancel, name="simulation_job_cancel"),
+    path("jobs/<int:job_id>/retry/", simulation_job_retry, name="simulation_job_retry"),
+]

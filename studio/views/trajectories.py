@@ -1,3 +1,122 @@
-from django.urls import path  # noqa: F401
+"""The trajectory page: header, branch selector and a step timeline that loads in windows.
 
-urlpatterns: list = []
+The first response holds one window of steps (STEPS_PER_PAGE); a sentinel at its end loads
+the next window when it scrolls into view. Observations longer than PREVIEW_CHARS are sent
+as their first characters (the database cuts them: the full text never leaves it) with a
+button that loads the full rendering. So the page costs the same few queries and roughly
+the same bytes whatever the trajectory's length."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.db.models.functions import Length, Substr
+from django.http import Http404, HttpResponse
+from django.shortcuts import render
+from django.urls import path
+
+from studio.access import get_step_for_user, get_trajectory_for_user
+from studio.http import HtmxHttpRequest
+from studio.models import Branch, Step, Trajectory
+from studio.rendering import render_observation
+
+STEPS_PER_PAGE = 25
+PREVIEW_CHARS = 32_000
+
+
+def _int_param(request: HtmxHttpRequest, name: str) -> int | None:
+    raw = request.GET.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Http404(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise Http404(f"{name} must not be negative")
+    return value
+
+
+def _select_branch(trajectory: Trajectory, branches: list[Branch], branch_id: int | None) -> Branch:
+    for branch in branches:
+        if (branch_id is None and branch.parent_id is None) or branch.pk == branch_id:
+            return branch
+    if branch_id is None:
+        raise Http404("This trajectory has no root branch")
+    raise Http404(f"Branch {branch_id} is not a branch of trajectory {trajectory.pk}")
+
+
+def step_window(branch: Branch, start: int, size: int = STEPS_PER_PAGE) -> QuerySet[Step]:
+    """Steps start..start+size (one extra to tell whether more follow), with only the first
+    PREVIEW_CHARS of each observation and its length."""
+    return (
+        branch.all_steps()
+        .filter(index__gte=start, index__lt=start + size + 1)
+        .defer("observation", "raw_prompt", "raw_output")
+        .annotate(obs_head=Substr("observation", 1, PREVIEW_CHARS), obs_len=Length("observation"))
+    )
+
+
+def _window_context(trajectory: Trajectory, branch: Branch, start: int) -> dict:
+    rows = list(step_window(branch, start))
+    steps = rows[:STEPS_PER_PAGE]
+    return {
+        "trajectory": trajectory,
+        "branch": branch,
+        "steps": steps,
+        "start": start,
+        "prev_start": max(0, start - STEPS_PER_PAGE) if start > 0 else None,
+        "next_start": start + STEPS_PER_PAGE if len(rows) > STEPS_PER_PAGE else None,
+        "page_size": STEPS_PER_PAGE,
+    }
+
+
+def trajectory_page(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
+    trajectory, membership = get_trajectory_for_user(request, trajectory_id)
+    branches = list(trajectory.branches.order_by("id"))
+    branch = _select_branch(trajectory, branches, _int_param(request, "branch"))
+    total = branch.all_steps().count()
+    jump = _int_param(request, "step")
+    start = 0
+    if jump is not None and total:
+        jump = min(jump, total - 1)
+        start = jump - jump % STEPS_PER_PAGE
+    context = {
+        "project": trajectory.project,
+        "membership": membership,
+        "can_edit": membership.can_edit,
+        "branches": branches,
+        "total_steps": total,
+        "jump": jump,
+        "tags": list(trajectory.tags.all()),
+        **_window_context(trajectory, branch, start),
+    }
+    return render(request, "trajectories/trajectory.html", context)
+
+
+def trajectory_steps(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
+    """One window of steps (the htmx partial behind lazy loading and jumping)."""
+    trajectory, membership = get_trajectory_for_user(request, trajectory_id)
+    branch_id = _int_param(request, "branch")
+    if branch_id is None:
+        branch = trajectory.branches.filter(parent__isnull=True).first()
+    else:
+        branch = trajectory.branches.filter(pk=branch_id).first()
+    if branch is None:
+        raise Http404(f"Branch {branch_id} is not a branch of trajectory {trajectory.pk}")
+    start = _int_param(request, "start") or 0
+    context = {"membership": membership, **_window_context(trajectory, branch, start)}
+    return render(request, "trajectories/trajectory.html#steps", context)
+
+
+def step_observation(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
+    """The full rendering of one observation (asked for from a preview)."""
+    step, _ = get_step_for_user(request, step_id)
+    html = render_observation(step.branch.trajectory.domain, step.observation, step.meta)
+    return HttpResponse(html)
+
+
+urlpatterns = [
+    path("trajectories/<int:trajectory_id>/", trajectory_page, name="trajectory"),
+    path("trajectories/<int:trajectory_id>/steps/", trajectory_steps, name="trajectory_steps"),
+    path("steps/<int:step_id>/observation/", step_observation, name="step_observation"),
+]

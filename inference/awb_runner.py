@@ -1,0 +1,209 @@
+"""World-model inference over AgentWorldBench files: one request per row, sent exactly as the
+reference does (`inference.prompts.reference_messages`), concurrent, resumable (rows already in
+the output, keyed by id + turn_idx, are skipped) and with a tqdm progress bar.
+
+Each output line is the input row plus `gen` (raw model text) and `predicted_observation`
+(parsed like the reference parser), plus `parse_status`."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inference.types import GenerationRequest, SamplingParams
+
+REQUIRED_FIELDS = ("id", "prompt", "response", "system_str", "turn_idx")
+
+
+class BenchDataError(ValueError):
+    """An AgentWorldBench file is missing or malformed; the message names file, line and field."""
+
+
+def find_files(data: str | Path) -> list[Path]:
+    path = Path(data)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(path.glob("*_test.jsonl"))
+        if not files:
+            raise BenchDataError(f"{path}: no *_test.jsonl files in this directory")
+        return files
+    raise BenchDataError(f"{path}: no such file or directory")
+
+
+def domain_of(row: dict) -> str:
+    return str(row.get("task", "") or "unknown").rsplit("/", 1)[-1]
+
+
+def row_key(row: dict) -> tuple[str, int]:
+    return (str(row.get("id")), int(row.get("turn_idx", 0)))
+
+
+def validate_row(row: object, where: str) -> dict:
+    if not isinstance(row, dict):
+        raise BenchDataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+    for name in REQUIRED_FIELDS:
+        if name not in row:
+            raise BenchDataError(f"{where}: field {name!r} is missing")
+    if not isinstance(row["prompt"], list) or not isinstance(row["response"], list):
+        raise BenchDataError(f"{where}: fields 'prompt' and 'response' must be lists")
+    turn = row["turn_idx"]
+    if isinstance(turn, bool) or not isinstance(turn, int) or not 1 <= turn <= len(row["prompt"]):
+        raise BenchDataError(
+            f"{where}: field 'turn_idx' must be 1..{len(row['prompt'])} (len of prompt), got {turn!r}"
+        )
+    return row
+
+
+def read_rows(files: Iterable[Path]) -> list[dict]:
+    rows: list[dict] = []
+    for path in files:
+        with open(path, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise BenchDataError(f"{where}: not valid JSON ({exc.msg})") from None
+                rows.append(validate_row(row, where))
+    return rows
+
+
+def read_jsonl_keys(path: Path) -> set[tuple[str, int]]:
+    """Keys of the complete lines already written (a torn last line is ignored and redone)."""
+    done: set[tuple[str, int]] = set()
+    if not path.exists():
+        return done
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                done.add(row_key(json.loads(line)))
+            except (json.JSONDecodeError, ValueError, TypeError):
+                continue
+    return done
+
+
+def truncate_torn_line(path: Path) -> None:
+    """A run killed mid-write can leave half a line; cut it so appends start on a new line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    with open(path, "r+b") as fh:
+        fh.truncate(cut)
+
+
+@dataclass
+class RunStats:
+    total: int = 0
+    skipped: int = 0
+    written: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class JsonlWriter:
+    """Appends one JSON line per finished row under a lock, flushed at once (resumable)."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        truncate_torn_line(path)
+        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._lock = threading.Lock()
+
+    def write(self, row: dict) -> None:
+        line = json.dumps(row, ensure_ascii=False) + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def run_concurrently(
+    rows: list[dict],
+    work: Callable[[dict], dict],
+    out_path: Path,
+    *,
+    concurrency: int,
+    desc: str,
+    show_progress: bool = True,
+) -> RunStats:
+    """Run `work` on every row not yet in `out_path` and append the results as they finish.
+    `work` raises to mark a row failed (it is not written, so a later run retries it)."""
+    from tqdm import tqdm
+
+    done = read_jsonl_keys(out_path)
+    todo = [r for r in rows if row_key(r) not in done]
+    stats = RunStats(total=len(rows), skipped=len(rows) - len(todo))
+    writer = JsonlWriter(out_path)
+    bar = tqdm(total=len(rows), initial=stats.skipped, desc=desc, disable=not show_progress)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            futures = {pool.submit(work, row): row for row in todo}
+            for future in as_completed(futures):
+                row = futures[future]
+                try:
+                    writer.write(future.result())
+                    stats.written += 1
+                except Exception as exc:  # noqa: BLE001 - reported per row, the run goes on
+                    stats.failed += 1
+                    stats.errors.append(f"id={row.get('id')} turn_idx={row.get('turn_idx')}: {exc}")
+                bar.update(1)
+    finally:
+        bar.close()
+        writer.close()
+    return stats
+
+
+def run_infer(
+    rows: list[dict],
+    backend,
+    out_path: str | Path,
+    *,
+    max_tokens: int = 4096,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    concurrency: int = 8,
+    show_progress: bool = True,
+) -> RunStats:
+    from inference.parsing import parse_prediction
+    from inference.prompts import reference_messages
+
+    def infer(row: dict) -> dict:
+        params = SamplingParams(
+            temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed, n=1
+        )
+        request = GenerationRequest(messages=reference_messages(row), params=params)
+        completion = backend.generate(request, None)[0]
+        if completion.finish_reason == "error":
+            raise RuntimeError(completion.error or "the backend returned an error")
+        parsed = parse_prediction(completion.text)
+        return {
+            **row,
+            "gen": completion.text,
+            "predicted_observation": parsed.observation,
+            "parse_status": str(parsed.status),
+        }
+
+    # one in-process model is not thread-safe: the hf backend runs rows one at a time
+    if getattr(backend, "name", "") == "hf":
+        concurrency = 1
+    return run_concurrently(
+        rows,
+        infer,
+        Path(out_path),
+        concurrency=concurrency,
+        desc="infer",
+        show_progress=show_progress,
+    )

@@ -1,0 +1,69 @@
+// Branching area: snippet buttons in the editor, and drawing the branch tree with Plotly
+// (served from our static files, loaded on demand so the tree also works as an htmx fragment).
+(function () {
+  "use strict";
+  if (window.StudioBranching) {
+    // Loaded again by a swapped-in fragment: just draw what is new.
+    window.StudioBranching.drawTrees();
+    return;
+  }
+
+  var plotlyWaiters = null;
+
+  function withPlotly(src, callback) {
+    if (window.Plotly) { callback(); return; }
+    if (plotlyWaiters) { plotlyWaiters.push(callback); return; }
+    plotlyWaiters = [callback];
+    var script = document.createElement("script");
+    script.src = src;
+    script.onload = function () {
+      var waiting = plotlyWaiters; plotlyWaiters = null;
+      waiting.forEach(function (fn) { fn(); });
+    };
+    script.onerror = function () { plotlyWaiters = null; };
+    document.head.appendChild(script);
+  }
+
+  function drawOne(el) {
+    var data = document.getElementById(el.dataset.figureId);
+    if (!data) return;
+    el.dataset.drawn = "1";
+    var fig = JSON.parse(data.textContent);
+    withPlotly(el.dataset.plotlySrc, function () {
+      window.Plotly.newPlot(el, fig.data, fig.layout, fig.config).then(function () {
+        el.dataset.ready = "1";
+      });
+      el.on("plotly_click", function (evt) {
+        var point = evt.points && evt.points[0];
+        if (point && point.customdata) window.location.href = point.customdata;
+      });
+    });
+  }
+
+  function drawTrees(root) {
+    (root || document).querySelectorAll(".branch-tree-plot:not([data-drawn])").forEach(drawOne);
+  }
+
+  function bindSnippets(root) {
+    (root || document).querySelectorAll("button.snippet:not([data-bound])").forEach(function (btn) {
+      btn.dataset.bound = "1";
+      btn.addEventListener("click", function () {
+        var form = btn.closest("form");
+        var area = form && form.querySelector("textarea[name=action]");
+        if (!area) return;
+        area.value = btn.dataset.snippet;
+        area.focus();
+      });
+    });
+  }
+
+  function init(root) { drawTrees(root); bindSnippets(root); }
+
+  window.StudioBranching = { drawTrees: drawTrees, init: init };
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", function () { init(); });
+  } else {
+    init();
+  }
+  document.addEventListener("htmx:afterSettle", function (evt) { init(evt.target); });
+})();

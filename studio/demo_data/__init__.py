@@ -1,0 +1,1 @@
+"""Demo trajectories (generated files) and the code that writes them."""

@@ -1,0 +1,202 @@
+"""What every importer produces and the helpers they share.
+
+An importer turns one file into `ParsedTrajectory` objects (plain data, no Django); the
+service in `studio.services.imports` writes them. Errors name the file, the line (JSONL) or
+record / JSON path, and the field, e.g. `bad.jsonl line 3: field "prompt" must be a list of
+strings`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Progress = Callable[[float], None]
+# The studio's domains (studio.models.Domain); kept here so importers stay free of Django.
+DOMAINS = ("mcp", "search", "terminal", "swe", "android", "web", "os")
+
+
+class ImportError_(Exception):  # noqa: N801 (the agreed name; avoids shadowing the builtin)
+    """Base of every importer error; the message is meant for the user as is."""
+
+
+class ImportFailure(ImportError_):
+    """A file that cannot be imported: the message names file, line/record and field."""
+
+
+@dataclass
+class ParsedStep:
+    action: str
+    observation: str
+    state: str = ""
+    thinking: str = ""
+    raw_prompt: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ParsedTrajectory:
+    title: str
+    task_instruction: str = ""
+    steps: list[ParsedStep] = field(default_factory=list)
+    system_prompt: str = ""  # the world-model system prompt (AgentWorldBench, native)
+    tools: list[Any] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    domain: str | None = None  # None: the importer's default or the path decides
+
+
+class Where:
+    """A position in the file for error messages: `loc` is the line or record ("line 3",
+    "record 2"), `path` the JSON path inside it ("traj[5].tool_calls[0]")."""
+
+    def __init__(self, file: str, loc: str = "", path: str = ""):
+        self.file = file
+        self.loc = loc
+        self.path = path
+
+    def sub(self, suffix: str) -> Where:
+        path = f"{self.path}{suffix}" if self.path else suffix.lstrip(".")
+        return Where(self.file, self.loc, path)
+
+    def _prefix(self) -> str:
+        text = self.file
+        if self.loc:
+            text += f" {self.loc}"
+        if self.path:
+            text += f" at {self.path}"
+        return text
+
+    def fail(self, field_name: str, problem: str) -> ImportFailure:
+        return ImportFailure(f'{self._prefix()}: field "{field_name}" {problem}')
+
+    def error(self, problem: str) -> ImportFailure:
+        return ImportFailure(f"{self._prefix()}: {problem}")
+
+
+_TYPE_NAMES = {str: "a string", list: "a list", dict: "an object", int: "an integer"}
+
+
+def get(obj: Any, key: str, kind: type | tuple[type, ...], where: Where, *, required=True):
+    """obj[key] checked against `kind`; a missing optional key gives None."""
+    if not isinstance(obj, dict):
+        raise where.error("expected a JSON object")
+    if key not in obj or obj[key] is None:
+        if required:
+            raise where.fail(key, "is missing")
+        return None
+    value = obj[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+        raise where.fail(key, f"must be {names}")
+    return value
+
+
+def get_str_list(obj: dict, key: str, where: Where) -> list[str]:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise where.fail(key, "must be a list of strings")
+    return value
+
+
+def tool_call_action(name: str, arguments: Any) -> str:
+    """The shown action of a tool call: `{"name": ..., "arguments": {...}}` as JSON text.
+
+    Arguments given as a JSON string are decoded so the action reads as one object; a string
+    that is not JSON is kept as is."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            pass
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+
+
+def content_text(content: Any) -> str:
+    """Text of a chat message content: a string, or a list of parts (text kept, images noted)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict):
+                if part.get("type") in ("image_url", "image"):
+                    parts.append("[image]")
+                elif isinstance(part.get("text"), str):
+                    parts.append(part["text"])
+        return "\n".join(parts)
+    return json.dumps(content, ensure_ascii=False)
+
+
+def as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+@dataclass
+class Source:
+    """A file to import: its path, the name used in messages, and its decoded JSON.
+
+    `data` is the whole document for JSON files; for JSONL files it is None and `lines()`
+    streams (line number, record) pairs without holding the file in memory."""
+
+    path: Path
+    name: str
+    kind: str  # "json" | "jsonl"
+    data: Any = None
+    progress: Progress | None = None
+
+    def report(self, fraction: float) -> None:
+        if self.progress is not None:
+            self.progress(max(0.0, min(1.0, fraction)))
+
+    def lines(self) -> Iterator[tuple[int, Any]]:
+        size = max(self.path.stat().st_size, 1)
+        done = 0
+        with self.path.open("rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                done += len(raw)
+                if raw.strip():
+                    where = Where(self.name, f"line {number}")
+                    try:
+                        record = json.loads(raw)
+                    except json.JSONDecodeError as exc:
+                        raise where.error(
+                            f"invalid JSON ({exc.msg}, column {exc.pos + 1})"
+                        ) from None
+                    except UnicodeDecodeError:
+                        raise where.error("is not UTF-8 text") from None
+                    yield number, record
+                if number % 200 == 0:
+                    self.report(done / size)
+        self.report(1.0)
+
+    def records(self) -> Iterator[tuple[Where, Any]]:
+        """JSONL lines, or the items of a top-level JSON list, each with its position."""
+        if self.kind == "jsonl":
+            for number, record in self.lines():
+                yield Where(self.name, f"line {number}"), record
+            return
+        items = self.data if isinstance(self.data, list) else [self.data]
+        for i, item in enumerate(items):
+            yield Where(self.name, f"record {i}"), item
+            if i % 50 == 0:
+                self.report(i / max(len(items), 1))
+        self.report(1.0)

@@ -1,0 +1,170 @@
+"""AgentWorldBench from the command line: infer (world-model predictions), judge (LLM judge)
+and score (normalised figures per domain and overall)."""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+class Command(BaseCommand):
+    help = "Run world-model inference, judging and scoring over AgentWorldBench files."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True, metavar="{infer,judge,score}")
+        infer = sub.add_parser("infer", help="predict the observation of every row")
+        infer.add_argument("--data", required=True, help="a *_test.jsonl file or a directory")
+        infer.add_argument("--out", required=True, help="output JSONL (resumed if it exists)")
+        infer.add_argument("--backend", choices=["openai", "hf", "retrieval"], default="openai")
+        infer.add_argument("--base-url", default="", help="OpenAI-compatible server (openai)")
+        infer.add_argument("--model", default="", help="served model name (openai) or path (hf)")
+        infer.add_argument("--api-key", default="")
+        infer.add_argument("--max-tokens", type=int, default=4096)
+        infer.add_argument("--temperature", type=float, default=0.0)
+        infer.add_argument("--top-p", type=float, default=1.0)
+        infer.add_argument("--seed", type=int, default=None)
+        infer.add_argument("--concurrency", type=int, default=8)
+        judge = sub.add_parser("judge", help="score predictions with an LLM judge")
+        judge.add_argument("--predictions", required=True)
+        judge.add_argument("--out", required=True)
+        judge.add_argument("--base-url", required=True)
+        judge.add_argument("--model", required=True)
+        judge.add_argument("--api-key", default="EMPTY")
+        judge.add_argument("--attempts", type=int, default=3)
+        judge.add_argument("--concurrency", type=int, default=8)
+        score = sub.add_parser("score", help="normalised scores of judged predictions")
+        score.add_argument("--predictions", required=True, help="the judge's output JSONL")
+        score.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    def handle(self, *args, **options):
+        from inference.awb_runner import BenchDataError
+
+        try:
+            return getattr(self, f"do_{options['action']}")(options)
+        except BenchDataError as exc:
+            raise CommandError(str(exc)) from None
+
+    def check_positive(self, options, *names):
+        for name in names:
+            if options[name] is not None and options[name] < 1:
+                raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
+
+    def do_infer(self, options) -> None:
+        from inference.awb_runner import find_files, read_rows, run_infer
+        from inference.backends import BackendError, make_backend
+
+        self.check_positive(options, "max_tokens", "concurrency")
+        backend_name = options["backend"]
+        if backend_name == "openai" and not options["base_url"]:
+            raise CommandError("--backend openai needs --base-url URL and --model NAME")
+        if backend_name in ("openai", "hf") and not options["model"]:
+            raise CommandError(f"--backend {backend_name} needs --model")
+        rows = read_rows(find_files(options["data"]))
+        corpus = None
+        if backend_name == "retrieval":
+            corpus = retrieval_corpus_from_rows(rows)
+        try:
+            backend = make_backend(
+                backend_name,
+                model=options["model"],
+                base_url=options["base_url"],
+                api_key=options["api_key"] or settings.WORLD_MODEL_API_KEY,
+                corpus=corpus,
+                concurrency=options["concurrency"],
+            )
+        except BackendError as exc:
+            raise CommandError(str(exc)) from None
+        stats = run_infer(
+            rows,
+            backend,
+            options["out"],
+            max_tokens=options["max_tokens"],
+            temperature=options["temperature"],
+            top_p=options["top_p"],
+            seed=options["seed"],
+            concurrency=options["concurrency"],
+            show_progress=options["verbosity"] > 0,
+        )
+        self.report(stats, "predicted")
+
+    def do_judge(self, options) -> None:
+        from inference.judge import Judge, run_judge
+        from inference.scoring import read_judged
+
+        self.check_positive(options, "attempts", "concurrency")
+        raw_rows = read_judged(options["predictions"])
+        rows = []
+        for i, row in enumerate(raw_rows, 1):
+            if "predicted_observation" not in row:
+                raise CommandError(
+                    f"{options['predictions']}:{i}: field 'predicted_observation' is missing "
+                    "(run `agentworldbench infer` first)"
+                )
+            rows.append(row)
+        judge = Judge(
+            base_url=options["base_url"],
+            model=options["model"],
+            api_key=options["api_key"],
+            attempts=options["attempts"],
+        )
+        stats = run_judge(
+            rows,
+            judge,
+            options["out"],
+            concurrency=options["concurrency"],
+            show_progress=options["verbosity"] > 0,
+        )
+        failed = count_failed_judgements(options["out"])
+        self.report(stats, "judged")
+        if failed:
+            self.stderr.write(f"{failed} judgement(s) failed after retries (marked failed)")
+
+    def do_score(self, options) -> None:
+        from inference.scoring import format_table, read_judged, score_rows
+
+        result = score_rows(read_judged(options["predictions"]))
+        if result["overall"]["n"] == 0:
+            raise CommandError(
+                f"{options['predictions']}: no row has valid judge scores (run `judge` first)"
+            )
+        if options["json"]:
+            self.stdout.write(json.dumps(result, indent=2))
+        else:
+            self.stdout.write(format_table(result))
+
+    def report(self, stats, verb: str) -> None:
+        self.stdout.write(
+            f"{verb} {stats.written} rows, skipped {stats.skipped} already done, "
+            f"{stats.failed} failed (of {stats.total})"
+        )
+        if stats.failed:
+            for line in stats.errors[:10]:
+                self.stderr.write(f"  {line}")
+            raise CommandError(
+                f"{stats.failed} row(s) failed; run the same command again to retry them"
+            )
+
+
+def retrieval_corpus_from_rows(rows: list[dict]) -> list[tuple[str, str, str]]:
+    """For the offline baseline: every earlier turn of the benchmark rows as (domain, action,
+    observation), never the turn being predicted."""
+    from inference.awb_runner import domain_of
+
+    seen: set[tuple[str, str]] = set()
+    corpus = []
+    for row in rows:
+        domain = domain_of(row)
+        for i in range(int(row["turn_idx"]) - 1):
+            key = (row["prompt"][i], row["response"][i])
+            if key not in seen:
+                seen.add(key)
+                corpus.append((domain, row["prompt"][i], row["response"][i]))
+    return corpus
+
+
+def count_failed_judgements(path: str) -> int:
+    from inference.scoring import read_judged
+
+    return sum(1 for r in read_judged(path) if (r.get("judge") or {}).get("status") == "failed")

@@ -1,0 +1,112 @@
+"""`python manage.py load_demo`: the demo users, the "Demo" project and the sample trajectories.
+
+Idempotent: users and memberships are created only when missing (existing passwords are left
+alone), and the importers skip trajectories already in the project, so a second run adds
+nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from studio.importers.base import ImportFailure
+from studio.models import Membership, Project, Role
+from studio.services.imports import do_import_file
+
+DEMO_DIR = Path(__file__).resolve().parents[2] / "demo_data"
+DEMO_PROJECT = "Demo"
+DEMO_PASSWORD = "demo-password"
+DEMO_USERS = [
+    ("admin", Role.ADMIN),
+    ("researcher", Role.RESEARCHER),
+    ("annotator", Role.ANNOTATOR),
+]
+
+
+def plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def demo_files() -> list[Path]:
+    return sorted(p for p in DEMO_DIR.iterdir() if p.suffix in (".json", ".jsonl"))
+
+
+class Command(BaseCommand):
+    help = (
+        "Create the demo users (admin, researcher, annotator; password demo-password), the "
+        '"Demo" project and import the sample trajectories of all seven domains. Safe to re-run.'
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--project", default=DEMO_PROJECT, help=f"project name (default {DEMO_PROJECT!r})"
+        )
+
+    def handle(self, *args, **options):
+        files = demo_files()
+        if not files:
+            raise CommandError(f"no demo files found in {DEMO_DIR}")
+        with transaction.atomic():
+            project, created = Project.objects.get_or_create(
+                name=options["project"],
+                defaults={"description": "Sample trajectories of all seven world-model domains."},
+            )
+            self.say(f"project {project.name!r}: {'created' if created else 'exists'}")
+            users = self.ensure_users(project)
+        total_t = total_s = total_skipped = 0
+        for path in files:
+            try:
+                result = do_import_file(
+                    project=project, path=path, user=users["admin"], display_name=path.name
+                )
+            except ImportFailure as exc:
+                raise CommandError(f"demo file {path.name} did not import: {exc}") from exc
+            total_t += result.trajectories_created
+            total_s += result.steps_created
+            total_skipped += result.trajectories_skipped
+            line = (
+                f"  {path.name} ({result.detected_format}): "
+                f"{plural(result.trajectories_created, 'trajectory', 'trajectories')}, "
+                f"{plural(result.steps_created, 'step', 'steps')} imported"
+            )
+            if result.trajectories_skipped:
+                line += f", {result.trajectories_skipped} already there"
+            self.say(line)
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"demo data: imported {plural(total_t, 'trajectory', 'trajectories')}, "
+                f"{plural(total_s, 'step', 'steps')} "
+                f"({total_skipped} already present) into project {project.name!r} (id {project.pk})"
+            )
+        )
+
+    def ensure_users(self, project: Project) -> dict:
+        User = get_user_model()
+        users = {}
+        for username, role in DEMO_USERS:
+            user = User.objects.filter(username=username).first()
+            if user is None:
+                user = User.objects.create_user(username=username, password=DEMO_PASSWORD)
+                # The demo admin may also use Django's admin site.
+                if role == Role.ADMIN:
+                    user.is_staff = user.is_superuser = True
+                    user.save(update_fields=["is_staff", "is_superuser"])
+                self.say(f"user {username!r}: created (password {DEMO_PASSWORD!r})")
+            else:
+                self.say(f"user {username!r}: exists (password unchanged)")
+            membership, made = Membership.objects.get_or_create(
+                project=project, user=user, defaults={"role": role}
+            )
+            if made:
+                self.say(f"  {username} joined {project.name!r} as {role.value}")
+            elif membership.role != role:
+                self.say(f"  {username} keeps role {membership.role} in {project.name!r}")
+            users[username] = user
+        return users
+
+    def say(self, text: str) -> None:
+        self.stdout.write(text)

@@ -1,0 +1,122 @@
+"""Enqueue a simulation job from the command line and, with --wait, print its predictions."""
+
+from __future__ import annotations
+
+import time
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from studio.models import Branch, JobStatus, SimulationJob, Trajectory
+
+
+class Command(BaseCommand):
+    help = "Simulate the observation of step K of a trajectory (N futures) with the world model."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--trajectory", type=int, required=True, help="trajectory id")
+        parser.add_argument("--branch", type=int, help="branch id (default: the recorded branch)")
+        parser.add_argument("--step", type=int, required=True, help="0-based step index K")
+        parser.add_argument("--action", default=None, help="action at step K (default: recorded)")
+        parser.add_argument("--n", type=int, default=1, help="number of futures (1-64)")
+        parser.add_argument("--mode", choices=["next", "replay", "rollout"], default="next")
+        parser.add_argument("--max-steps", type=int, default=1, help="rollout: agent steps")
+        parser.add_argument("--backend", choices=["retrieval", "openai", "hf"], default=None)
+        parser.add_argument("--model", default="")
+        parser.add_argument("--base-url", default="")
+        parser.add_argument("--temperature", type=float)
+        parser.add_argument("--top-p", type=float)
+        parser.add_argument("--max-tokens", type=int)
+        parser.add_argument("--seed", type=int)
+        parser.add_argument("--wait", action="store_true", help="wait and print the results")
+        parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
+
+    def handle(self, *args, **options):
+        from studio.services.simulation import do_start_simulation
+
+        self.verbosity = options["verbosity"]
+        trajectory = Trajectory.objects.filter(pk=options["trajectory"]).first()
+        if trajectory is None:
+            raise CommandError(f"no trajectory with id {options['trajectory']}")
+        if options["branch"]:
+            branch = Branch.objects.filter(pk=options["branch"], trajectory=trajectory).first()
+            if branch is None:
+                raise CommandError(
+                    f"trajectory {trajectory.pk} has no branch with id {options['branch']}"
+                )
+        else:
+            branch = trajectory.root_branch
+        params = {
+            key: options[opt]
+            for key, opt in (
+                ("temperature", "temperature"),
+                ("top_p", "top_p"),
+                ("max_tokens", "max_tokens"),
+                ("seed", "seed"),
+            )
+            if options[opt] is not None
+        }
+        try:
+            job = do_start_simulation(
+                user=None,
+                branch=branch,
+                fork_index=options["step"],
+                action=options["action"] or "",
+                mode=options["mode"],
+                n=options["n"],
+                params=params,
+                backend=options["backend"],
+                model=options["model"],
+                base_url=options["base_url"],
+                max_steps=options["max_steps"],
+            )
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from None
+        self.stdout.write(
+            f"job {job.pk} queued on {job.queue}: {job.n} future(s) of trajectory "
+            f"{trajectory.pk} at step {job.fork_index} ({job.mode}, backend {job.backend})"
+        )
+        if not options["wait"]:
+            return
+        job = self.wait(job, options["timeout"])
+        self.print_results(job)
+        if job.status != JobStatus.SUCCEEDED:
+            raise CommandError(f"job {job.pk} {job.status}: {job.error or 'no details'}")
+
+    def wait(self, job: SimulationJob, timeout: float) -> SimulationJob:
+        from studio.services.job_runtime import reap_stale_jobs
+
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            job.refresh_from_db()
+            state = (job.status, job.phase)
+            if state != last and self.verbosity > 1:
+                self.stderr.write(f"  {job.status} · {job.phase} · {job.progress:.0%}")
+            last = state
+            if job.is_finished:
+                return job
+            reap_stale_jobs()
+            time.sleep(0.5)
+        raise CommandError(
+            f"job {job.pk} still {job.status} after {timeout:.0f} s; it goes on in the worker "
+            f"(is a worker consuming queue {job.queue}?)"
+        )
+
+    def print_results(self, job: SimulationJob) -> None:
+        if job.status == JobStatus.SUCCEEDED:
+            self.stdout.write(
+                f"job {job.pk} succeeded: tokens in {job.tokens_in}, out {job.tokens_out}, "
+                f"queue wait {job.queue_wait_s or 0:.2f} s, prefill {job.prefill_s or 0:.2f} s, "
+                f"decode {job.decode_s or 0:.2f} s"
+                + (f", {job.tokens_per_s:.1f} tokens/s" if job.tokens_per_s else "")
+            )
+        for branch in job.branches.order_by("sample_index"):
+            self.stdout.write(f"--- {branch.name} [branch {branch.pk}, {branch.status}]")
+            if branch.error:
+                self.stdout.write(f"error: {branch.error}")
+            for step in branch.steps.order_by("index"):
+                flag = "" if step.parse_status in ("", "well_formed") else f" ({step.parse_status})"
+                self.stdout.write(f"step {step.index} action: {step.action}")
+                self.stdout.write(f"step {step.index} predicted observation{flag}:")
+                self.stdout.write(step.observation)

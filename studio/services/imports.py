@@ -1,0 +1,237 @@
+"""Import a trajectory file into a project: detect, parse, then write in one transaction.
+
+The parse phase reports progress 0..0.5, the write phase 0.5..1. Nothing of a file is
+written unless all of it parses and writes. Each trajectory gets `source_key`, a sha256 of a
+canonical form of its content, so importing the same file twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.db import IntegrityError, connection, transaction
+
+from studio.importers.base import ImportFailure, ParsedTrajectory
+from studio.importers.registry import (
+    detect,
+    domain_from_path,
+    get_importer,
+    list_formats,
+    load_source,
+)
+from studio.models import DOMAINS, Branch, BranchOrigin, Step, Tag, Trajectory
+
+__all__ = ["ImportFailure", "ImportResult", "do_import_file", "list_formats", "source_key"]
+
+STEP_BATCH = 1000
+# Steps go in with COPY on PostgreSQL; the benchmark turns it off to compare with INSERTs.
+USE_POSTGRES_COPY = True
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    trajectories_created: int
+    steps_created: int
+    trajectories_skipped: int
+    detected_format: str
+
+
+def source_key(parsed: ParsedTrajectory) -> str:
+    """sha256 of the trajectory's content (not its domain or the file it came from)."""
+    canonical = {
+        "title": parsed.title,
+        "task_instruction": parsed.task_instruction,
+        "system_prompt": parsed.system_prompt,
+        "tools": parsed.tools,
+        "metadata": parsed.metadata,
+        "tags": sorted(parsed.tags),
+        "steps": [
+            [s.action, s.observation, s.state, s.thinking, s.raw_prompt, s.meta]
+            for s in parsed.steps
+        ],
+    }
+    text = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _scaled(progress: Callable[[float], None] | None, start: float, span: float):
+    if progress is None:
+        return None
+    return lambda fraction: progress(start + span * fraction)
+
+
+def do_import_file(
+    *,
+    project,
+    path,
+    fmt: str | None = None,
+    domain: str | None = None,
+    user=None,
+    display_name: str | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> ImportResult:
+    path = Path(path)
+    name = display_name or path.name
+    if domain and domain not in DOMAINS:
+        raise ImportFailure(f'unknown domain "{domain}" (known: {", ".join(DOMAINS)})')
+    if not path.is_file():
+        raise ImportFailure(f"{name}: no such file")
+    importer = get_importer(fmt) if fmt else None
+    source = load_source(path, name, _scaled(progress, 0.0, 0.5))
+    if importer is None:
+        importer = detect(source)
+    parsed = list(importer.parse(source))
+    if progress:
+        progress(0.5)
+    # forced domain > what the content says > the folder (generic formats only) > format default
+    fallback = importer.DOMAIN
+    if getattr(importer, "PATH_DECIDES_DOMAIN", False):
+        fallback = domain_from_path(Path(display_name) if display_name else path) or fallback
+    for item in parsed:
+        item.domain = domain or item.domain or fallback
+        if item.domain not in DOMAINS:
+            raise ImportFailure(f'{name}: "{item.title}" has unknown domain "{item.domain}"')
+    try:
+        created, steps, skipped = _write(
+            project, parsed, importer.NAME, name, user, _scaled(progress, 0.5, 0.5)
+        )
+    except IntegrityError:
+        # The same content was imported concurrently (unique source_key): once that commit
+        # is visible, a second pass skips what it wrote.
+        created, steps, skipped = _write(project, parsed, importer.NAME, name, user, None)
+    if progress:
+        progress(1.0)
+    return ImportResult(created, steps, skipped, importer.NAME)
+
+
+def _existing_keys(project, keys: list[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(keys), 5000):  # stay under SQLite's bound-parameter limit
+        chunk = keys[start : start + 5000]
+        found.update(
+            Trajectory.objects.filter(project=project, source_key__in=chunk).values_list(
+                "source_key", flat=True
+            )
+        )
+    return found
+
+
+@transaction.atomic
+def _write(project, parsed: list[ParsedTrajectory], fmt: str, name: str, user, progress):
+    keyed: dict[str, ParsedTrajectory] = {}
+    for item in parsed:
+        keyed.setdefault(source_key(item), item)
+    existing = _existing_keys(project, list(keyed))
+    new = [(key, item) for key, item in keyed.items() if key not in existing]
+    skipped = len(parsed) - len(new)
+    if not new:
+        return 0, 0, skipped
+    trajectories = Trajectory.objects.bulk_create(
+        [
+            Trajectory(
+                project=project,
+                domain=item.domain,
+                title=item.title[:500] or "(untitled)",
+                task_instruction=item.task_instruction,
+                system_prompt=item.system_prompt,
+                tools=item.tools,
+                source_format=fmt,
+                source_file=name[:500],
+                source_key=key,
+                metadata=item.metadata,
+                step_count=len(item.steps),
+                created_by=user,
+            )
+            for key, item in new
+        ]
+    )
+    branches = Branch.objects.bulk_create(
+        [
+            Branch(
+                trajectory=t,
+                parent=None,
+                fork_index=0,
+                name="recorded",
+                origin=BranchOrigin.RECORDED,
+                created_by=user,
+            )
+            for t in trajectories
+        ]
+    )
+    # bulk_create skips Branch.save(), which fills the lineage of a root: [[own id, 0]].
+    for branch in branches:
+        branch.lineage = [[branch.pk, 0]]
+    Branch.objects.bulk_update(branches, ["lineage"])
+    _write_tags(project, trajectories, [item for _key, item in new])
+    total = sum(len(item.steps) for _key, item in new)
+    written = 0
+    batch: list[Step] = []
+    for branch, (_key, item) in zip(branches, new, strict=True):
+        for index, s in enumerate(item.steps):
+            batch.append(
+                Step(
+                    branch=branch,
+                    index=index,
+                    action=s.action,
+                    observation=s.observation,
+                    state=s.state,
+                    thinking=s.thinking,
+                    raw_prompt=s.raw_prompt,
+                    meta=s.meta,
+                    timings=s.timings,
+                )
+            )
+            if len(batch) >= STEP_BATCH:
+                written += _flush(batch, total, written, progress)
+    written += _flush(batch, total, written, progress)
+    return len(new), written, skipped
+
+
+def _flush(batch: list[Step], total: int, written: int, progress) -> int:
+    count = len(batch)
+    if count:
+        if USE_POSTGRES_COPY and connection.vendor == "postgresql":
+            _copy_steps(batch)
+        else:
+            Step.objects.bulk_create(batch)
+        batch.clear()
+        if progress:
+            progress((written + count) / max(total, 1))
+    return count
+
+
+def _copy_steps(batch: list[Step]) -> None:
+    """PostgreSQL COPY: about ten times the rows per second of a multi-row INSERT for
+    steps with kilobytes of text (see scripts/bench_import.py). Values go through the
+    fields' own pre_save/get_db_prep_save, as bulk_create would."""
+    fields = [f for f in Step._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    table = connection.ops.quote_name(Step._meta.db_table)
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for step in batch:
+                copy.write_row(
+                    [f.get_db_prep_save(f.pre_save(step, True), connection) for f in fields]
+                )
+
+
+def _write_tags(project, trajectories: Iterable[Trajectory], items: list[ParsedTrajectory]):
+    names = sorted({tag for item in items for tag in item.tags})
+    if not names:
+        return
+    Tag.objects.bulk_create(
+        [Tag(project=project, name=n[:100]) for n in names], ignore_conflicts=True
+    )
+    tags = {t.name: t for t in Tag.objects.filter(project=project, name__in=names)}
+    through = Trajectory.tags.through
+    through.objects.bulk_create(
+        [
+            through(trajectory_id=t.pk, tag_id=tags[n[:100]].pk)
+            for t, item in zip(trajectories, items, strict=True)
+            for n in dict.fromkeys(item.tags)
+        ]
+    )

@@ -1,0 +1,84 @@
+"""Template helpers of the branching area: the "Branch here" hook for the trajectory page and
+the renderers/diff helpers its own templates use. `{% load branching_tags %}`."""
+
+from __future__ import annotations
+
+from django import template
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from studio.rendering import render_action, render_observation
+
+register = template.Library()
+
+
+@register.simple_tag
+def branch_here(branch, index, membership=None) -> SafeString | str:
+    """The "Branch here" link for step `index` of `branch`, shown to those who may simulate.
+
+    Usage in a step's `.step-actions` container:
+    `{% branch_here branch step.index membership %}`."""
+    if membership is None or not getattr(membership, "can_edit", False):
+        return ""
+    url = reverse("branch_fork", args=[branch.pk, index])
+    return format_html(
+        '<a class="button small branch-here" href="{}" data-step-index="{}" '
+        'title="Edit the action at this step and simulate alternative futures">Branch here</a>',
+        url,
+        index,
+    )
+
+
+@register.simple_tag
+def observation_html(domain: str, text: str, meta=None) -> SafeString:
+    return render_observation(domain, text or "", meta or {})
+
+
+@register.simple_tag
+def action_html(domain: str, text: str, meta=None) -> SafeString:
+    return render_action(domain, text or "", meta or {})
+
+
+@register.filter
+def percent(value) -> str:
+    if value is None:
+        return ""
+    return f"{round(float(value) * 100)}%"
+
+
+@register.filter
+def get_item(mapping, key):
+    return mapping.get(key) if mapping else None
+
+
+@register.filter
+def rate(value) -> str:
+    """tokens/s with one decimal, or an em dash."""
+    try:
+        return f"{float(value):.1f}"
+    except (TypeError, ValueError):
+        return "—"
+
+
+_OPEN_OBS = "<predicted_observation>"
+_CLOSE_OBS = "</predicted_observation>"
+
+
+def split_stream(text: str) -> tuple[str, str]:
+    """Text streamed so far -> (thinking so far, observation so far). Tolerates the unclosed
+    tags a half-written answer has; the final parse is the worker's."""
+    text = text or ""
+    if _OPEN_OBS in text:
+        before, after = text.split(_OPEN_OBS, 1)
+        observation = after.split(_CLOSE_OBS, 1)[0]
+    else:
+        before, observation = text, ""
+    thinking = before.replace("<think>", "").replace("</think>", "").strip()
+    return thinking, observation.strip("\n")
+
+
+@register.simple_tag
+def stream_parts(text: str) -> dict:
+    thinking, observation = split_stream(text)
+    return {"thinking": thinking, "observation": observation}

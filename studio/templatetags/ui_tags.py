@@ -1,0 +1,99 @@
+"""Template helpers of the library and trajectory pages (`{% load ui_tags %}`)."""
+
+from __future__ import annotations
+
+from django import template
+from django.template.loader import get_template
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from studio.rendering import render_action, render_observation, render_preview
+from studio.rendering.json_view import render_json_value
+
+register = template.Library()
+
+
+@register.simple_tag
+def url_or_empty(name: str, *args) -> str:
+    """`{% url_or_empty 'import_upload' project.pk as import_url %}`: the URL, or "" while
+    the view behind that name does not exist yet (areas are built in parallel)."""
+    try:
+        return reverse(name, args=args)
+    except NoReverseMatch:
+        return ""
+
+
+@register.simple_tag(takes_context=True)
+def optional_include(context, template_name: str) -> SafeString | str:
+    """Render `template_name` with the current context if some area provides it (e.g. the
+    branching area's per-step actions), else nothing."""
+    try:
+        tmpl = get_template(template_name)
+    except template.TemplateDoesNotExist:
+        return ""
+    return tmpl.render(context.flatten(), context.get("request"))
+
+
+@register.simple_tag
+def step_action(step, domain: str) -> SafeString:
+    return render_action(domain, step.action, step.meta)
+
+
+@register.simple_tag
+def step_observation(step, domain: str) -> SafeString:
+    """The rendered observation; a step fetched with only the start of a long observation
+    (`obs_head`/`obs_len` annotations) gets a preview that loads the full rendering."""
+    head = getattr(step, "obs_head", None)
+    if head is None:
+        return render_observation(domain, step.observation, step.meta)
+    total = step.obs_len or 0
+    if total <= len(head):
+        return render_observation(domain, head, step.meta)
+    return render_preview(domain, head, total, reverse("step_observation", args=[step.pk]))
+
+
+@register.filter
+def json_tree(value) -> SafeString:
+    return render_json_value(value)
+
+
+@register.filter
+def tool_names(tools) -> list[str]:
+    """Names of OpenAI/MCP tool definitions, whatever their nesting."""
+    names = []
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict):
+            continue
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            fn = tool
+        name = fn.get("name")
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
+@register.simple_tag
+def provenance_badge(value: str) -> SafeString:
+    labels = {
+        "recorded": "recorded",
+        "simulated": "simulated",
+        "edited": "edited",
+        "agent": "agent",
+    }
+    return format_html(
+        '<span class="badge prov prov-{}" title="Provenance">{}</span>',
+        value if value in labels else "other",
+        labels.get(value, value or "unknown"),
+    )
+
+
+@register.filter
+def human_size(n) -> str:
+    n = int(n or 0)
+    if n >= 1024 * 1024:
+        return f"{n / 1024 / 1024:.1f} MB"
+    if n >= 1024:
+        return f"{n / 1024:.1f} KB"
+    return f"{n} B"

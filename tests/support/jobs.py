@@ -1,0 +1,74 @@
+"""Helpers for the jobs tests: trajectories built straight from rows, workers shared by a
+module, and waiting for jobs to finish."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from studio.models import Branch, JobStatus, SimulationJob, Step, Trajectory
+from tests.support.worker import running_worker, wait_for
+
+AWB_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "awb"
+
+TERMINAL_STEPS = [
+    ("ls /srv/app", "app.py\nrequirements.txt\nstatic"),
+    ("cat /srv/app/requirements.txt", "flask==3.0.2\ngunicorn==22.0.0"),
+    ("python -c 'import flask; print(flask.__version__)'", "3.0.2"),
+    ("pip list | grep -i gunicorn", "gunicorn 22.0.0"),
+]
+
+
+def make_trajectory(
+    project,
+    *,
+    domain: str = "terminal",
+    steps=TERMINAL_STEPS,
+    title: str = "Check the web app's dependencies",
+    task_instruction: str = "Find the Flask version the app uses.",
+    system_prompt: str = "",
+    key: str | None = None,
+) -> Trajectory:
+    trajectory = Trajectory.objects.create(
+        project=project,
+        domain=domain,
+        title=title,
+        task_instruction=task_instruction,
+        system_prompt=system_prompt,
+        source_format="test",
+        source_key=key or f"{title}-{domain}-{len(steps)}",
+        step_count=len(steps),
+    )
+    root = Branch.objects.create(trajectory=trajectory, name="recorded")
+    Step.objects.bulk_create(
+        Step(branch=root, index=i, action=a, observation=o) for i, (a, o) in enumerate(steps)
+    )
+    return trajectory
+
+
+def wait_job(job: SimulationJob | object, timeout: float = 90.0):
+    """Wait until the job row reaches a final status; return the fresh row."""
+    model = type(job)
+
+    def finished():
+        row = model.objects.get(pk=job.pk)
+        return (
+            row
+            if row.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+            else None
+        )
+
+    return wait_for(finished, timeout=timeout)
+
+
+def read_awb_rows(name: str) -> list[dict]:
+    return [json.loads(line) for line in (AWB_DIR / name).read_text().splitlines() if line]
+
+
+@pytest.fixture(scope="module")
+def default_worker(django_db_setup, django_db_blocker):
+    """One real worker on the default queue for the whole module (they start slowly)."""
+    with running_worker(("default",)) as proc:
+        yield proc

@@ -1,0 +1,444 @@
+"""Branching pages through the Django client: editor, job page, tree, compare, rename, star,
+delete, and who may do what."""
+
+import json
+import re
+
+import pytest
+from django.urls import reverse
+
+from studio.models import Branch, SimulationJob, Step
+from tests.support.branching import MCP_STEPS, make_child, make_job, make_trajectory
+
+EDITOR_POST = {
+    "action": "ls -la",
+    "action_kind": "auto",
+    "mode": "next",
+    "max_steps": "",
+    "n": "3",
+    "temperature": "0.7",
+    "top_p": "0.95",
+    "max_tokens": "32",
+    "seed": "1",
+    "backend": "retrieval",
+    "model": "",
+    "base_url": "",
+}
+
+
+@pytest.fixture
+def traj(project):
+    return make_trajectory(project)
+
+
+def figure_of(html: str, traj_pk: int) -> dict:
+    m = re.search(
+        rf'<script id="branch-tree-figure-{traj_pk}" type="application/json">(.*?)</script>',
+        html,
+        re.S,
+    )
+    assert m, "figure json_script missing"
+    return json.loads(m.group(1))
+
+
+# ---- permissions ----------------------------------------------------------------------------
+
+
+def test_annotator_views_but_cannot_branch_or_manage(annotator_client, traj):
+    t, root = traj
+    child = make_child(root, 2, ["x"])
+    c = annotator_client
+    assert c.get(reverse("branch_fork", args=[root.pk, 1])).status_code == 403
+    assert c.post(reverse("branch_fork", args=[root.pk, 1]), EDITOR_POST).status_code == 403
+    assert c.post(reverse("branch_rename", args=[child.pk]), {"name": "z"}).status_code == 403
+    assert c.post(reverse("branch_star", args=[child.pk])).status_code == 403
+    assert c.get(reverse("branch_delete", args=[child.pk])).status_code == 403
+    assert c.post(reverse("branch_delete", args=[child.pk])).status_code == 403
+    job = make_job(root, 1, status="failed")
+    assert c.post(reverse("simulation_job_retry", args=[job.pk])).status_code == 403
+    assert c.post(reverse("simulation_job_cancel", args=[job.pk])).status_code == 403
+    assert SimulationJob.objects.count() == 1 and Branch.objects.get(pk=child.pk).name == "sim@2"
+    # Viewing works, without any of the buttons.
+    tree = c.get(reverse("branch_tree", args=[t.pk])).content.decode()
+    assert "Rename" not in tree and "Delete…" not in tree
+    page = c.get(reverse("simulation_job", args=[job.pk])).content.decode()
+    assert "job-retry" not in page
+    traj_page = c.get(reverse("trajectory", args=[t.pk])).content.decode()
+    assert "Branch here" not in traj_page
+    assert (
+        c.get(reverse("branch_compare", args=[t.pk]) + f"?b={root.pk}&b={child.pk}").status_code
+        == 200
+    )
+
+
+def test_outsider_gets_404_everywhere(outsider_client, traj):
+    t, root = traj
+    job = make_job(root, 1)
+    for url in (
+        reverse("branch_fork", args=[root.pk, 1]),
+        reverse("branch_tree", args=[t.pk]),
+        reverse("branch_compare", args=[t.pk]) + f"?b={root.pk}",
+        reverse("simulation_job", args=[job.pk]),
+        reverse("branch_delete", args=[root.pk]),
+    ):
+        assert outsider_client.get(url).status_code == 404, url
+
+
+def test_trajectory_page_offers_branch_here_on_every_step(researcher_client, traj):
+    t, root = traj
+    html = researcher_client.get(reverse("trajectory", args=[t.pk])).content.decode()
+    for i in range(5):
+        assert reverse("branch_fork", args=[root.pk, i]) in html
+
+
+# ---- editor -----------------------------------------------------------------------------------
+
+
+def test_editor_prefills_pretty_json_and_domain_snippets(researcher_client, project):
+    t, root = make_trajectory(project, domain="mcp", steps=MCP_STEPS, key="mcp")
+    html = researcher_client.get(reverse("branch_fork", args=[root.pk, 0])).content.decode()
+    assert "{\n  &quot;name&quot;: &quot;get_weather&quot;," in html
+    assert 'data-snippet="{\n  &quot;name&quot;: &quot;tool_name&quot;' in html
+    assert reverse("branch_fork", args=[root.pk, 0]) in html
+    # htmx asks for the panel only
+    panel = researcher_client.get(
+        reverse("branch_fork", args=[root.pk, 0]), headers={"HX-Request": "true"}
+    ).content.decode()
+    assert panel.lstrip().startswith("<section") and "<html" not in panel
+
+
+def test_editor_errors_are_shown_and_nothing_is_created(researcher_client, traj):
+    t, root = traj
+    url = reverse("branch_fork", args=[root.pk, 1])
+    bad = {**EDITOR_POST, "n": "65", "action": "", "top_p": "1.5"}
+    r = researcher_client.post(url, bad)
+    assert r.status_code == 400
+    html = r.content.decode()
+    assert "between 1 and 64 (got 65)" in html
+    assert "The action is empty" in html
+    assert "top_p must be above 0 and at most 1" in html
+    assert SimulationJob.objects.count() == 0 and Branch.objects.count() == 1
+
+
+def test_editor_missing_step_is_404(researcher_client, traj):
+    t, root = traj
+    assert researcher_client.get(reverse("branch_fork", args=[root.pk, 9])).status_code == 404
+
+
+def test_submit_creates_n_siblings_and_one_job(researcher_client, traj):
+    t, root = traj
+    r = researcher_client.post(
+        reverse("branch_fork", args=[root.pk, 2]), {**EDITOR_POST, "action": "pytest -x"}
+    )
+    job = SimulationJob.objects.get()
+    assert r.status_code == 302 and r["Location"] == reverse("simulation_job", args=[job.pk])
+    kids = list(Branch.objects.filter(parent=root).order_by("sample_index"))
+    assert len(kids) == 3 and {k.fork_index for k in kids} == {2}
+    assert all(k.origin == "edited" and k.status == "queued" and k.job_id == job.pk for k in kids)
+    assert job.action == "pytest -x" and job.n == 3 and job.params["seed"] == 1
+
+
+def test_resimulate_from_a_simulated_branch_keeps_it(researcher_client, traj):
+    t, root = traj
+    sim = make_child(root, 1, ["a", "b", "c"], name="first try")
+    r = researcher_client.post(reverse("branch_fork", args=[sim.pk, 2]), {**EDITOR_POST, "n": "1"})
+    assert r.status_code == 302
+    new = Branch.objects.get(parent=sim)
+    assert new.fork_index == 2
+    assert Step.objects.filter(branch=sim).count() == 3  # the old branch is untouched
+    # the new branch inherits steps 0 from recorded, 1 from `sim`
+    assert [s.branch_id for s in new.all_steps()] == [root.pk, sim.pk]
+
+
+# ---- job page ---------------------------------------------------------------------------------
+
+
+def test_job_page_streams_progress_then_stops_polling(researcher_client, traj):
+    t, root = traj
+    job = make_job(root, 1, n=2, status="running")
+    a = make_child(root, 1, [], job=job, status="running", sample_index=0, name="future A")
+    b = make_child(root, 1, [], job=job, status="queued", sample_index=1, name="future B")
+    Branch.objects.filter(pk=a.pk).update(
+        progress={
+            "phase": "decoding",
+            "tokens_out": 17,
+            "tokens_per_s": 42.5,
+            "text": "<think>hmm <b>x</b></think><predicted_observation>partial <i>",
+        }
+    )
+    url = reverse("simulation_job", args=[job.pk])
+    page = researcher_client.get(url).content.decode()
+    assert 'hx-trigger="every 500ms"' in page and "future A" in page
+    r = researcher_client.get(url, headers={"HX-Request": "true"})
+    assert r.status_code == 200
+    frag = r.content.decode()
+    assert "hmm &lt;b&gt;x&lt;/b&gt;</pre>" in frag and "<b>x</b>" not in frag
+    assert 'stream-observation">partial &lt;i&gt;</pre>' in frag
+    assert "decoding" in frag and "42.5 tok/s" in frag and ">17<" in frag
+    assert "job-cancel" in frag
+    # the worker finishes: one branch ok, one malformed, one failed
+    Step.objects.create(
+        branch=a,
+        index=1,
+        action="ls",
+        observation="<img src=x onerror=alert(1)>",
+        provenance="simulated",
+        parse_status="unclosed",
+    )
+    Branch.objects.filter(pk=a.pk).update(status="succeeded")
+    Branch.objects.filter(pk=b.pk).update(status="failed", error="backend exploded: HTTP 500")
+    SimulationJob.objects.filter(pk=job.pk).update(status="failed", error="1 of 2 failed")
+    r = researcher_client.get(url, headers={"HX-Request": "true"})
+    assert r.status_code == 286  # htmx stops polling, and still swaps the final state
+    frag = r.content.decode()
+    assert "backend exploded: HTTP 500" in frag
+    assert "malformed" in frag and "Unclosed" in frag
+    assert "<img src=x" not in frag
+    assert "job-retry" in frag
+    assert 'hx-trigger="every 500ms"' not in researcher_client.get(url).content.decode()
+
+
+def test_cancel_and_retry(researcher_client, traj):
+    t, root = traj
+    r = researcher_client.post(reverse("branch_fork", args=[root.pk, 1]), EDITOR_POST)
+    job = SimulationJob.objects.get()
+    r = researcher_client.post(reverse("simulation_job_cancel", args=[job.pk]))
+    assert r.status_code == 302
+    job.refresh_from_db()
+    assert job.status == "cancelled"
+    assert set(job.branches.values_list("status", flat=True)) == {"cancelled"}
+    r = researcher_client.post(reverse("simulation_job_retry", args=[job.pk]))
+    new = SimulationJob.objects.exclude(pk=job.pk).get()
+    assert r["Location"] == reverse("simulation_job", args=[new.pk])
+    assert Branch.objects.filter(parent=root).count() == 6  # old branches kept
+    # retrying a running job is refused with a message
+    r = researcher_client.post(reverse("simulation_job_retry", args=[new.pk]), follow=True)
+    assert "cancel it before retrying" in r.content.decode()
+
+
+# ---- tree ---------------------------------------------------------------------------------------
+
+
+def test_tree_fragment_has_a_node_per_branch_and_highlights_current(researcher_client, traj):
+    t, root = traj
+    a = make_child(root, 2, ["x", "y"], name="alpha")
+    make_child(a, 3, ["z"], name="beta", origin="edited", status="failed")
+    r = researcher_client.get(
+        reverse("branch_tree", args=[t.pk]),
+        headers={
+            "HX-Request": "true",
+            "HX-Current-URL": f"http://testserver/trajectories/{t.pk}/?branch={a.pk}",
+        },
+    )
+    html = r.content.decode()
+    assert "<html" not in html and "plotly-basic-3.7.0.min.js" in html
+    fig = figure_of(html, t.pk)
+    nodes = next(tr for tr in fig["data"] if tr["name"] == "branches")
+    assert len(nodes["x"]) == 3 and nodes["x"] == [0, 2, 3] and nodes["y"] == [0, 1, 2]
+    assert nodes["customdata"][1] == f"/trajectories/{t.pk}/?branch={a.pk}"
+    assert fig["meta"]["current"] == a.pk
+    current = next(tr for tr in fig["data"] if tr["name"] == "current")
+    assert current["x"] == [2] and current["y"] == [1]
+    assert "#c92a2a" in nodes["marker"]["color"] and "diamond" in nodes["marker"]["symbol"]
+
+
+def test_tree_page_labels_and_escapes(researcher_client, traj):
+    t, root = traj
+    make_child(root, 1, ["x"], name="<script>alert(1)</script>")
+    html = researcher_client.get(reverse("branch_tree", args=[t.pk])).content.decode()
+    assert "<script>alert(1)</script>" not in html
+    fig = figure_of(html, t.pk)
+    labels = next(tr for tr in fig["data"] if tr["name"] == "labels")["text"]
+    assert labels[0].strip() == "root · recorded · ready · 5 steps"
+    assert labels[1].strip() == "@1 · simulated · succeeded · 2 steps"
+    hover = next(tr for tr in fig["data"] if tr["name"] == "branches")["hovertext"][1]
+    assert "&lt;script&gt;" in hover
+
+
+def test_tree_of_200_branches_drops_labels_but_keeps_hover(researcher_client, traj):
+    t, root = traj
+    Branch.objects.bulk_create(
+        Branch(
+            trajectory=t,
+            parent=root,
+            fork_index=i % 5,
+            name=f"b{i}",
+            origin="simulated",
+            lineage=[[root.pk, 0]],
+        )
+        for i in range(199)
+    )
+    html = researcher_client.get(reverse("branch_tree", args=[t.pk])).content.decode()
+    fig = figure_of(html, t.pk)
+    assert fig["meta"]["branches"] == 200
+    assert not any(tr["name"] == "labels" for tr in fig["data"])
+    nodes = next(tr for tr in fig["data"] if tr["name"] == "branches")
+    assert len(set(nodes["y"])) == 200 and len(nodes["hovertext"]) == 200
+    assert fig["layout"]["height"] >= 200 * 14
+
+
+# ---- compare -----------------------------------------------------------------------------------
+
+
+def test_compare_diffs_against_recorded_then_first(researcher_client, traj):
+    t, root = traj
+    a = make_child(root, 2, ["3 passed", "On branch dev", "done", "extra <x>"], name="A")
+    b = make_child(root, 2, ["1 failed", "On branch main\nnothing", "done", "other"], name="B")
+    url = reverse("branch_compare", args=[t.pk]) + f"?b={a.pk}&b={b.pk}"
+    r = researcher_client.get(url)
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert "Steps 0–1 are the same in all of them" in html
+    assert 'id="compare-step-1"' not in html and 'id="compare-step-2"' in html
+    # step 2: recorded is "3 passed in 0.12s"
+    assert "3 passed<del> in 0.12s</del>" in html
+    assert "<del>3</del><ins>1</ins> <del>passed in 0.12s</del><ins>failed</ins>" in html
+    # step 5 exists in no recorded step: B is diffed against A (the first column)
+    row5 = html.split('id="compare-step-5"')[1]
+    assert "vs A" in row5 and "<del>extra &lt;x&gt;</del><ins>other</ins>" in row5
+    assert "<x>" not in html
+    lines = researcher_client.get(url + "&diff=lines").content.decode()
+    assert (
+        "<del>On branch main\nnothing to commit, working tree clean</del><ins>On branch dev</ins>"
+        in lines
+    )
+
+
+def test_compare_with_recorded_and_all_children_of_a_fork(researcher_client, traj):
+    t, root = traj
+    kids = [make_child(root, 3, [f"obs {i}"], name=f"k{i}", sample_index=i) for i in range(8)]
+    make_child(root, 1, ["elsewhere"], name="other fork")
+    tree = researcher_client.get(reverse("branch_tree", args=[t.pk])).content.decode()
+    assert f"?fork={root.pk}&amp;at=3" in tree and "compare 8 futures @3" in tree
+    assert "at=1" not in tree  # a single child is no group
+    html = researcher_client.get(
+        reverse("branch_compare", args=[t.pk]) + f"?fork={root.pk}&at=3"
+    ).content.decode()
+    for k in kids:
+        assert f'data-branch-id="{k.pk}"' in html
+    assert "other fork</a>" not in html.split("compare-table")[1]
+    html = researcher_client.get(
+        reverse("branch_compare", args=[t.pk]) + f"?b={root.pk}&b={kids[0].pk}"
+    ).content.decode()
+    assert "<del>git status</del>" not in html  # actions equal: no action diff
+    assert "vs recorded" in html
+
+
+def test_compare_selection_errors(researcher_client, traj, project):
+    t, root = traj
+    a = make_child(root, 2, ["x"])
+    url = reverse("branch_compare", args=[t.pk])
+    assert researcher_client.get(url).status_code == 200  # the picker alone
+    r = researcher_client.get(url + f"?b={a.pk}")
+    assert r.status_code == 400 and "Pick 2 to 6 branches to compare (got 1)" in r.content.decode()
+    others = [make_child(root, 1, ["y"], name=f"o{i}").pk for i in range(6)]
+    r = researcher_client.get(url + "?" + "&".join(f"b={pk}" for pk in [a.pk, *others]))
+    assert "(got 7)" in r.content.decode()
+    t2, root2 = make_trajectory(project, key="k2")
+    r = researcher_client.get(url + f"?b={a.pk}&b={root2.pk}")
+    assert r.status_code == 400 and "Select a valid choice" in r.content.decode()
+    r = researcher_client.get(url + f"?fork={a.pk}&at=4")
+    assert "has no children at step 4" in r.content.decode()
+
+
+# ---- rename / star / delete ---------------------------------------------------------------------
+
+
+def test_rename_and_star(researcher_client, traj):
+    t, root = traj
+    a = make_child(root, 2, ["x"])
+    back = f"/trajectories/{t.pk}/?branch={a.pk}"
+    r = researcher_client.post(
+        reverse("branch_rename", args=[a.pk]), {"name": "  good idea ", "next": back}
+    )
+    assert r.status_code == 302 and r["Location"] == back
+    a.refresh_from_db()
+    assert a.name == "good idea"
+    r = researcher_client.post(reverse("branch_rename", args=[a.pk]), {"name": "   "}, follow=True)
+    assert "A branch needs a name" in r.content.decode()
+    r = researcher_client.post(
+        reverse("branch_rename", args=[a.pk]), {"name": "x", "next": "https://evil.example/"}
+    )
+    assert r["Location"] == f"/trajectories/{t.pk}/?branch={a.pk}"  # no open redirect
+    researcher_client.post(reverse("branch_star", args=[a.pk]))
+    a.refresh_from_db()
+    assert a.starred
+    researcher_client.post(reverse("branch_star", args=[a.pk]))
+    a.refresh_from_db()
+    assert not a.starred
+
+
+def test_delete_branch_with_descendants_after_confirmation(researcher_client, traj):
+    t, root = traj
+    a = make_child(root, 2, ["x", "y"], name="A")
+    b = make_child(a, 3, ["z"], name="B")
+    c = make_child(b, 3, ["w"], name="C")
+    keep = make_child(root, 1, ["k"], name="keep")
+    url = reverse("branch_delete", args=[a.pk])
+    html = researcher_client.get(url).content.decode()
+    assert "3 branches" in html and "<strong>4</strong> own steps" in html
+    assert Branch.objects.filter(pk=a.pk).exists()  # GET deletes nothing
+    r = researcher_client.post(url, follow=True)
+    assert "Deleted branch &#x27;A&#x27; and 2 descendant branch(es)." in r.content.decode()
+    assert not Branch.objects.filter(pk__in=[a.pk, b.pk, c.pk]).exists()
+    assert not Step.objects.filter(branch_id__in=[a.pk, b.pk, c.pk]).exists()
+    assert Branch.objects.filter(pk__in=[root.pk, keep.pk]).count() == 2
+    assert Step.objects.filter(branch=root).count() == 5
+
+
+def test_recorded_branch_and_running_branches_are_not_deleted(researcher_client, traj):
+    t, root = traj
+    r = researcher_client.get(reverse("branch_delete", args=[root.pk]))
+    assert r.status_code == 409 and "cannot be deleted" in r.content.decode()
+    researcher_client.post(reverse("branch_delete", args=[root.pk]))
+    assert Branch.objects.filter(pk=root.pk).exists()
+    a = make_child(root, 2, ["x"])
+    make_child(a, 3, [], status="running", name="busy")
+    r = researcher_client.post(reverse("branch_delete", args=[a.pk]), follow=True)
+    assert "still being simulated (busy)" in r.content.decode()
+    assert Branch.objects.filter(pk=a.pk).exists()
+
+
+def test_polling_a_job_whose_worker_died_marks_it_failed(researcher_client, traj, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    t, root = traj
+    settings.STUDIO_JOB_STALE_S = 30
+    job = make_job(root, 1, n=1, status="running")
+    make_child(root, 1, [], job=job, status="running")
+    SimulationJob.objects.filter(pk=job.pk).update(
+        heartbeat_at=timezone.now() - timedelta(minutes=5)
+    )
+    r = researcher_client.get(
+        reverse("simulation_job", args=[job.pk]), headers={"HX-Request": "true"}
+    )
+    assert r.status_code == 286
+    job.refresh_from_db()
+    assert job.status == "failed" and "worker" in job.error
+    assert "job-retry" in r.content.decode()
+
+
+def test_job_page_shows_a_bounded_number_of_steps(
+    researcher_client, traj, django_assert_max_num_queries
+):
+    t, root = traj
+    job = make_job(root, 0, n=2, status="succeeded")
+    for i in range(2):
+        make_child(
+            root,
+            0,
+            [f"o{k}" for k in range(5)],
+            job=job,
+            sample_index=i,
+            name=f"r{i}",
+            parse_status="no_tag",
+        )
+    with django_assert_max_num_queries(12):
+        html = researcher_client.get(reverse("simulation_job", args=[job.pk])).content.decode()
+    assert html.count('class="sim-step"') == 6  # 3 of 5 steps per branch
+    assert "2 more steps on the branch page" in html
+    assert (
+        "malformed: step 0 No &lt;predicted_observation&gt; tag" in html and "2 later steps" in html
+    )

@@ -1,0 +1,176 @@
+"""The three continuation modes and live streaming in the browser, through a real worker and a
+real OpenAI-compatible HTTP server on 127.0.0.1 (the fake plays both the world model and the
+agent; a remote model API cannot run here)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from studio.models import Branch, JobStatus, SimulationJob, Step
+from tests.support.branching import make_trajectory
+from tests.support.fake_openai import fake_openai_server
+from tests.support.worker import running_worker
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.worker,
+    pytest.mark.django_db(transaction=True),
+]
+
+AGENT_PREFIX = "You are the agent"
+
+
+def responder(request: dict, index: int) -> str:
+    messages = request["messages"]
+    if messages[0]["content"].startswith(AGENT_PREFIX):
+        acted = sum(1 for m in messages if m["role"] == "assistant")
+        # the history holds the inherited steps plus the fork step; act twice, then finish
+        if acted >= 5:
+            return "<think>enough</think><final_answer>all checks pass</final_answer>"
+        return f"<think>next idea</think><action>echo agent-step-{acted}</action>"
+    action = messages[-1]["content"].rsplit("**Action:**", 1)[-1].strip()
+    return (
+        "<think>The shell runs the command and prints its output, nothing else changes. "
+        "Let me write what the terminal shows.</think>"
+        f"<predicted_observation>world ran [{action[:40]}] ok\n{LISTING}</predicted_observation>"
+    )
+
+
+# A long observation: streamed in 4-character chunks it takes a few seconds, so the page sees
+# it while it is being written.
+LISTING = "\n".join(
+    f"-rw-r--r-- 1 user user {100 + i:5d} Nov 30 12:00 file_{i:02d}.py" for i in range(12)
+)
+
+
+@pytest.fixture(scope="module")
+def fake_model():
+    # Slow chunks so that the page sees the text arrive piece by piece.
+    with fake_openai_server(responder, chunk_delay_s=0.04) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def worker(django_db_setup, django_db_blocker, fake_model):
+    env = {"AGENT_MODEL_BASE_URL": str(fake_model), "AGENT_MODEL_NAME": "fake-agent"}
+    with running_worker(("default",), extra_env=env) as proc:
+        yield proc
+
+
+@pytest.fixture
+def agent_settings(settings, fake_model):
+    settings.AGENT_MODEL_BASE_URL = str(fake_model)
+    return settings
+
+
+def start(page, live_server, login, trajectory, root, index, **fields):
+    login(page, "researcher")
+    page.goto(f"{live_server.url}/trajectories/{trajectory.pk}/")
+    page.click(f"#step-{index} .step-actions a.branch-here")
+    page.wait_for_url(re.compile(rf"/branches/{root.pk}/steps/{index}/fork/$"))
+    for name, value in fields.items():
+        selector = f"[name={name}]"
+        if name in ("mode", "backend"):
+            page.select_option(selector, value)
+        else:
+            page.fill(selector, str(value))
+    page.click("#simulate-submit")
+    page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+    return SimulationJob.objects.get(pk=int(re.search(r"/jobs/(\d+)/$", page.url).group(1)))
+
+
+def finished(page, job):
+    page.wait_for_selector(".job-summary[data-done='1']", timeout=120_000)
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    return job
+
+
+def test_live_streaming_of_the_world_model_text(
+    page, live_server, login, project, worker, fake_model
+):
+    trajectory, root = make_trajectory(project, key="stream")
+    job = start(
+        page,
+        live_server,
+        login,
+        trajectory,
+        root,
+        1,
+        action="cat setup.py",
+        n=2,
+        backend="openai",
+        base_url=str(fake_model),
+        model="fake",
+        max_tokens=64,
+    )
+    # While decoding, the running branches show their text so far and the phase, updated
+    # by polling (no reload).
+    page.wait_for_selector(".job-branch .stream-text", timeout=60_000)
+    partial = page.inner_text(".job-branch .stream-text")
+    assert partial.startswith("The shell")  # the thinking, streamed
+    page.wait_for_selector(".job-branch .stream-observation", timeout=60_000)
+    so_far = page.inner_text(".job-branch .stream-observation")
+    full = f"world ran [cat setup.py] ok\n{LISTING}"
+    assert so_far and full.startswith(so_far) and so_far != full  # a part of it, as it came
+    assert "decoding" in page.inner_text(".job-branch")
+    finished(page, job)
+    obs = page.inner_text(".job-branch .sim-observation")
+    assert "world ran [cat setup.py] ok" in obs
+    assert page.locator(".job-branch .stream-text").count() == 0
+
+
+def test_counterfactual_replay_resimulates_later_steps(page, live_server, login, project, worker):
+    trajectory, root = make_trajectory(project, key="replay")
+    job = start(
+        page,
+        live_server,
+        login,
+        trajectory,
+        root,
+        2,
+        action="python -m pytest -q --lf",
+        n=2,
+        mode="replay",
+        backend="retrieval",
+    )
+    finished(page, job)
+    for branch in Branch.objects.filter(job=job):
+        steps = list(branch.all_steps())
+        assert [s.index for s in steps] == [0, 1, 2, 3, 4]
+        assert [s.action for s in steps[3:]] == ["git status", "echo done"]  # recorded actions kept
+        assert all(s.branch_id == branch.pk and s.provenance == "simulated" for s in steps[3:])
+    page.click("#job-compare")
+    assert page.locator("#compare-step-4").count() == 1
+
+
+def test_agent_rollout_until_final_answer(
+    page, live_server, login, project, worker, fake_model, agent_settings
+):
+    trajectory, root = make_trajectory(project, key="rollout")
+    job = start(
+        page,
+        live_server,
+        login,
+        trajectory,
+        root,
+        2,
+        action="ls tests",
+        n=2,
+        mode="rollout",
+        max_steps=5,
+        backend="openai",
+        base_url=str(fake_model),
+        model="fake",
+    )
+    finished(page, job)
+    for branch in Branch.objects.filter(job=job):
+        own = list(Step.objects.filter(branch=branch).order_by("index"))
+        assert own[0].action == "ls tests"
+        assert [s.action for s in own[1:3]] == ["echo agent-step-3", "echo agent-step-4"]
+        assert own[-1].meta.get("final_answer") and own[-1].action == "all checks pass"
+        assert all(s.provenance == "agent" for s in own[1:])
+    text = page.inner_text(".job-branches")
+    assert "echo agent-step-3" in text and "world ran [echo agent-step-3] ok" in text

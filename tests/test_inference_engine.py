@@ -1,0 +1,292 @@
+"""The branching engine, the sampler, the tiny model and the hf backend, on CPU with the tiny
+random qwen3_5_moe model (built once per session)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.engine import BranchingEngine, common_prefix_length
+from inference.sampler import make_generator, sample_next
+from tests.support.tiny_model import tiny_model_path  # noqa: F401  (fixture)
+
+T = 16
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_path):  # noqa: F811
+    # One intra-op thread: the tiny model gains nothing from more, and on a shared machine
+    # oversubscribed OpenMP threads make every op crawl.
+    torch.set_num_threads(1)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    return model, tokenizer
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def reference(model, ids: list[int], t: int, eos: int | None) -> list[int]:
+    """One `model.generate` call, greedy; the new tokens up to (not including) eos."""
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=t,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=0,
+        )
+    new = out[0, len(ids) :].tolist()
+    return new[: new.index(eos)] if eos is not None and eos in new else new
+
+
+BASE = (
+    "### Turn 1\n\n**Task Instruction:**\nCount the log files.\n\n**Action:**\nls /var/log\n"
+    "**Environment Observation:**\napp.log sys.log"
+)
+
+
+def test_same_prompt_branches_equal_separate_generate_calls(loaded):
+    model, tok = loaded
+    ids = encode(tok, BASE)
+    engine = BranchingEngine(model, eos_token_ids=[tok.eos_token_id])
+    result = engine.generate([ids] * 4, max_new_tokens=T)
+    expected = reference(model, ids, T, tok.eos_token_id)
+    assert len(expected) > 5
+    assert [b.tokens for b in result.branches] == [expected] * 4
+    # the prefix is computed once: all but the last prompt token, plus that token once
+    assert result.prefix_tokens == len(ids) - 1
+    assert result.prefill_tokens == len(ids)
+    assert result.prefill_s > 0 and result.decode_s > 0
+
+
+def test_differing_suffixes_equal_separate_generate_calls(loaded):
+    model, tok = loaded
+    base = encode(tok, BASE)
+    branches = [
+        base + encode(tok, " $ cd /var/log"),
+        base + encode(tok, " $ cat app.log | head -n 2 and more words"),  # longer suffix
+        base,  # the prefix itself
+        base + encode(tok, " $ cd /var/log"),  # same as branch 0
+        base + encode(tok, " $ rm -rf tmp"),
+    ]
+    assert len({len(b) for b in branches}) >= 3
+    engine = BranchingEngine(model, eos_token_ids=[tok.eos_token_id])
+    result = engine.generate(branches, max_new_tokens=T)
+    for branch, out in zip(branches, result.branches, strict=True):
+        assert out.tokens == reference(model, branch, T, tok.eos_token_id)
+    shared = common_prefix_length(branches)
+    assert shared == len(base)  # base is a prefix of every branch...
+    assert result.prefix_tokens == len(base) - 1  # ...but keeps its last token to get logits
+    shared = result.prefix_tokens
+    distinct = {tuple(b[shared:]) for b in branches}
+    assert result.prefill_tokens == shared + sum(len(s) for s in distinct)
+
+
+def test_branches_without_a_common_prefix(loaded):
+    model, tok = loaded
+    branches = [encode(tok, "alpha beta gamma"), encode(tok, "Traceback (most recent call")]
+    assert branches[0][0] != branches[1][0]
+    result = BranchingEngine(model, eos_token_ids=[tok.eos_token_id]).generate(
+        branches, max_new_tokens=12
+    )
+    assert result.prefix_tokens == 0
+    for branch, out in zip(branches, result.branches, strict=True):
+        assert out.tokens == reference(model, branch, 12, tok.eos_token_id)
+
+
+def test_per_branch_stop_by_callback_leaves_the_others_running(loaded):
+    model, tok = loaded
+    ids = encode(tok, BASE)
+    calls = []
+
+    def on_token(branch, tokens):
+        calls.append((branch, len(tokens)))
+        return branch == 1 and len(tokens) == 3
+
+    engine = BranchingEngine(model, eos_token_ids=[tok.eos_token_id])
+    result = engine.generate([ids] * 3, max_new_tokens=T, on_token=on_token)
+    expected = reference(model, ids, T, tok.eos_token_id)
+    assert result.branches[1].tokens == expected[:3]
+    assert result.branches[1].finish_reason == "cancelled"
+    assert result.branches[0].tokens == result.branches[2].tokens == expected
+    assert max(n for b, n in calls if b == 1) == 3  # no callbacks after the stop
+    assert max(n for b, n in calls if b == 0) == len(expected)
+
+
+def test_eos_stops_a_branch_and_max_tokens_stops_the_rest(loaded):
+    model, tok = loaded
+    ids = encode(tok, BASE)
+    expected = reference(model, ids, T, None)
+    stop_token = expected[4]
+    engine = BranchingEngine(model, eos_token_ids=[stop_token])
+    result = engine.generate([ids], max_new_tokens=T)
+    assert result.branches[0].tokens == expected[: expected.index(stop_token)]
+    assert result.branches[0].finish_reason == "stop"
+    result = BranchingEngine(model, eos_token_ids=[]).generate([ids], max_new_tokens=6)
+    assert result.branches[0].tokens == expected[:6]
+    assert result.branches[0].finish_reason == "length"
+
+
+def test_sampling_is_reproducible_per_call_seed(loaded):
+    model, tok = loaded
+    ids = encode(tok, BASE)
+    engine = BranchingEngine(model, eos_token_ids=[])
+
+    def run(seed):
+        out = engine.generate([ids] * 3, max_new_tokens=10, temperature=1.0, top_p=0.95, seed=seed)
+        return [b.tokens for b in out.branches]
+
+    first = run(11)
+    assert run(11) == first
+    assert run(12) != first
+    assert len({tuple(t) for t in first}) > 1  # the branches of one call differ
+
+
+def test_engine_rejects_bad_input(loaded):
+    model, _ = loaded
+    engine = BranchingEngine(model)
+    with pytest.raises(ValueError, match="no branches"):
+        engine.generate([], max_new_tokens=2)
+    with pytest.raises(ValueError, match="at least one prompt token"):
+        engine.generate([[1, 2], []], max_new_tokens=2)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        engine.generate([[1, 2]], max_new_tokens=0)
+
+
+# -- the sampler --------------------------------------------------------------------------------
+
+
+def test_sampler_greedy_and_top_p():
+    logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 2.9]])
+    assert sample_next(logits, temperature=0).tolist() == [1, 0]
+    gen = make_generator(0)
+    # top_p small keeps only the most likely token of each row
+    for _ in range(20):
+        assert sample_next(logits, temperature=1.0, top_p=0.01, generator=gen).tolist() == [1, 0]
+    # with top_p 1 the second row draws both near-equal tokens over many draws
+    draws = {
+        sample_next(logits, temperature=1.0, top_p=1.0, generator=gen)[1].item() for _ in range(200)
+    }
+    assert draws >= {0, 2}
+
+
+def test_sampler_seed_and_errors():
+    logits = torch.randn(4, 50)
+    a = sample_next(logits, temperature=0.8, generator=make_generator(5)).tolist()
+    b = sample_next(logits, temperature=0.8, generator=make_generator(5)).tolist()
+    assert a == b
+    with pytest.raises(ValueError, match="temperature"):
+        sample_next(logits, temperature=-1)
+    with pytest.raises(ValueError, match="top_p"):
+        sample_next(logits, temperature=1, top_p=0)
+    with pytest.raises(ValueError, match=r"\[batch, vocab\]"):
+        sample_next(logits[0], temperature=1)
+
+
+# -- the tiny model -----------------------------------------------------------------------------
+
+
+def test_tiny_model_is_a_real_hybrid_qwen3_5_moe(loaded, tiny_model_path):  # noqa: F811
+    model, tok = loaded
+    from transformers import Qwen3_5MoeForCausalLM
+
+    assert isinstance(model, Qwen3_5MoeForCausalLM)
+    assert model.config.model_type == "qwen3_5_moe_text"
+    assert set(model.config.layer_types) == {"linear_attention", "full_attention"}
+    assert model.config.num_experts > model.config.num_experts_per_tok > 1
+    text = 'ünïcode 中文 <div class="x">&amp;</div> {"k": 1}\n\t$ ls'
+    assert tok.decode(encode(tok, text)) == text
+    chat = tok.apply_chat_template(
+        [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "U"},
+            {"role": "assistant", "content": "A"},
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert chat == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+        "<|im_start|>assistant\nA<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_tiny_model_build_is_deterministic(tmp_path, tiny_model_path):  # noqa: F811
+    from safetensors.torch import load_file
+
+    from inference.tiny import build_tiny_model
+
+    again = build_tiny_model(tmp_path / "again")
+    a = load_file(f"{tiny_model_path}/model.safetensors")
+    b = load_file(f"{again}/model.safetensors")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (tmp_path / "again/tokenizer.json").read_text() == open(
+        f"{tiny_model_path}/tokenizer.json"
+    ).read()
+
+
+# -- the hf backend -----------------------------------------------------------------------------
+
+
+def test_hf_backend_generates_with_chat_template_and_streams(loaded, tiny_model_path):  # noqa: F811
+    from inference.backends import make_backend
+    from inference.backends.hf import load_model
+    from inference.prompts import build_messages, build_system_prompt
+    from inference.types import GenerationRequest, SamplingParams, Turn
+
+    model, tok = loaded
+    messages = build_messages(
+        build_system_prompt("terminal"), [Turn("ls", "a.txt")], Turn("cat a.txt"), "Read it"
+    )
+    backend = make_backend("hf", model=tiny_model_path)
+    assert backend.is_neural and backend.name == "hf"
+    events = []
+    out = backend.generate(
+        GenerationRequest(
+            messages=messages, params=SamplingParams(n=2, temperature=0, max_tokens=16)
+        ),
+        on_event=lambda e: events.append(e) or False,
+    )
+    ids = tok(
+        tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+        add_special_tokens=False,
+    )["input_ids"]
+    expected = tok.decode(reference(model, ids, 16, tok.eos_token_id), skip_special_tokens=True)
+    assert [c.text for c in out] == [expected, expected]
+    assert all(c.tokens_in == len(ids) and 0 < c.tokens_out <= 16 for c in out)
+    assert all(c.prefill_s > 0 and c.decode_s > 0 for c in out)
+    for sample in (0, 1):
+        phases = [e.phase for e in events if e.sample == sample]
+        assert phases[0] == "prefill" and phases[-1] == "done" and "decoding" in phases
+    # loaded once per process
+    assert load_model(tiny_model_path, "cpu") is load_model(tiny_model_path, "cpu")
+
+
+def test_hf_backend_branches_and_stop(tiny_model_path):  # noqa: F811
+    from inference.backends import make_backend
+    from inference.types import GenerationRequest, SamplingParams
+
+    backend = make_backend("hf", model=tiny_model_path)
+    a = [{"role": "user", "content": "### Turn 1\n\n**Action:**\nls"}]
+    b = [{"role": "user", "content": "### Turn 1\n\n**Action:**\npwd && whoami"}]
+    out = backend.generate(
+        GenerationRequest(branches=[a, b], params=SamplingParams(temperature=0, max_tokens=12)),
+        on_event=lambda e: e.sample == 0 and e.tokens_out >= 1,
+    )
+    assert out[0].finish_reason == "cancelled" and out[0].tokens_out == 1
+    assert out[1].finish_reason in ("length", "stop") and out[1].tokens_out >= 1
+
+
+def test_hf_backend_bad_model_path_is_a_backend_error(tmp_path):
+    from inference.backends import BackendError, make_backend
+    from inference.types import GenerationRequest
+
+    backend = make_backend("hf", model=str(tmp_path / "missing-model"))
+    with pytest.raises(BackendError, match="cannot load model"):
+        backend.generate(GenerationRequest(messages=[{"role": "user", "content": "x"}]))

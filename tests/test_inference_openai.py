@@ -1,0 +1,205 @@
+"""The OpenAI-compatible backend against a real HTTP server on 127.0.0.1 (tests/support)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from inference.backends import BackendError, make_backend
+from inference.backends.openai_compat import OpenAIBackend
+from inference.parsing import parse_prediction
+from inference.prompts import build_messages, build_system_prompt
+from inference.types import GenerationRequest, SamplingParams, Turn
+from tests.support.fake_openai import fake_openai_server
+
+MESSAGES = build_messages(
+    build_system_prompt("terminal"),
+    [Turn(action="ls", observation="a.txt")],
+    Turn(action="cat a.txt"),
+    task_instruction="Read the file.",
+)
+
+
+def fast_backend(base_url: str, **kw) -> OpenAIBackend:
+    """Short backoff so retry tests are quick."""
+    kw.setdefault("model", "m")
+    return OpenAIBackend(base_url=base_url, backoff_s=0.01, timeout=10, **kw)
+
+
+def test_n_samples_of_one_prompt_go_in_one_request_with_n():
+    def responder(req, i):
+        return [f"<predicted_observation>s{k}</predicted_observation>" for k in range(req["n"])]
+
+    with fake_openai_server(responder) as srv:
+        backend = make_backend("openai", base_url=srv, model="world")
+        out = backend.generate(
+            GenerationRequest(
+                messages=MESSAGES,
+                params=SamplingParams(n=3, seed=7, temperature=0.6, top_p=0.9, max_tokens=99),
+            )
+        )
+    assert [parse_prediction(c.text).observation for c in out] == ["s0", "s1", "s2"]
+    assert len(srv.requests) == 1
+    req = srv.requests[0]
+    assert req["n"] == 3 and req["seed"] == 7 and req["model"] == "world"
+    assert req["temperature"] == 0.6 and req["top_p"] == 0.9 and req["max_tokens"] == 99
+    assert req["messages"] == MESSAGES  # exactly the messages we built
+    assert all(c.tokens_in > 0 for c in out)
+    assert sum(c.tokens_out for c in out) == 3  # one word each in the fake's usage
+    assert all(c.finish_reason == "stop" for c in out)
+
+
+def test_server_rejecting_n_falls_back_to_one_request_per_sample():
+    def responder(req, i):
+        if req.get("n", 1) > 1:
+            return 400, "n > 1 is not supported"
+        return f"sample seed={req.get('seed')}"
+
+    with fake_openai_server(responder) as srv:
+        out = fast_backend(srv).generate(
+            GenerationRequest(messages=MESSAGES, params=SamplingParams(n=3, seed=10))
+        )
+    assert sorted(c.text for c in out) == ["sample seed=10", "sample seed=11", "sample seed=12"]
+    assert len(srv.requests) == 4  # the rejected one, then 3 single samples
+
+
+def test_retries_on_5xx_and_429_then_succeeds():
+    script = [(500, "boom"), (429, "slow down"), (503, "busy")]
+
+    def responder(req, i):
+        return script[i] if i < len(script) else "<predicted_observation>ok</predicted_observation>"
+
+    with fake_openai_server(responder) as srv:
+        out = fast_backend(srv).generate(GenerationRequest(messages=MESSAGES))
+    assert [c.text for c in out] == ["<predicted_observation>ok</predicted_observation>"]
+    assert len(srv.requests) == 4
+
+
+def test_no_retry_on_400_and_a_readable_error():
+    with fake_openai_server(lambda req, i: (400, "maximum context length exceeded")) as srv:
+        with pytest.raises(BackendError) as exc:
+            fast_backend(srv).generate(GenerationRequest(messages=MESSAGES))
+    assert len(srv.requests) == 1
+    assert "HTTP 400" in str(exc.value) and "maximum context length" in str(exc.value)
+    assert srv.base_url in str(exc.value)
+
+
+def test_gives_up_after_max_retries_on_persistent_5xx():
+    with fake_openai_server(lambda req, i: (502, "bad gateway")) as srv:
+        with pytest.raises(BackendError, match=r"HTTP 502 after 3 attempts"):
+            fast_backend(srv, max_retries=2).generate(GenerationRequest(messages=MESSAGES))
+    assert len(srv.requests) == 3
+
+
+def test_connection_refused_is_retried_then_reported():
+    # A port where nothing listens: bind a server, note its port, close it.
+    with fake_openai_server() as srv:
+        dead = srv.base_url
+    with pytest.raises(BackendError, match=r"failed after 2 attempts"):
+        fast_backend(dead, max_retries=1).generate(GenerationRequest(messages=MESSAGES))
+
+
+def test_a_timeout_is_retried_then_reported():
+    with fake_openai_server(lambda req, i: "late", delay_s=1.0) as srv:
+        backend = OpenAIBackend(base_url=srv, model="m", timeout=0.3, max_retries=1, backoff_s=0.01)
+        start = time.perf_counter()
+        with pytest.raises(BackendError, match=r"failed after 2 attempts: Request timed out"):
+            backend.generate(GenerationRequest(messages=MESSAGES))
+        assert time.perf_counter() - start < 3
+    assert len(srv.requests) == 2
+
+
+def test_streaming_reports_progress_per_sample():
+    texts = {0: "<predicted_observation>alpha beta gamma</predicted_observation>", 1: "second one"}
+
+    with fake_openai_server(lambda req, i: texts[i]) as srv:
+        events = []
+        out = fast_backend(srv).generate(
+            GenerationRequest(branches=[MESSAGES, MESSAGES[:-1] + [MESSAGES[-1]]]),
+            on_event=lambda e: events.append(e) or False,
+        )
+    assert all(r["stream"] is True for r in srv.requests)
+    by_sample = {s: [e for e in events if e.sample == s] for s in (0, 1)}
+    for s, evs in by_sample.items():
+        assert evs[0].phase == "prefill"
+        assert evs[-1].phase == "done" and evs[-1].text == out[s].text
+        decoding = [e for e in evs if e.phase == "decoding"]
+        assert len(decoding) > 1  # several partial texts, each a prefix of the next
+        assert all(
+            a.text == b.text[: len(a.text)] for a, b in zip(decoding, decoding[1:], strict=False)
+        )
+    assert {c.text for c in out} == set(texts.values())
+    assert all(c.tokens_out > 0 and c.tokens_in > 0 for c in out)
+
+
+def test_streaming_branch_can_be_stopped_by_the_callback():
+    long_text = "word " * 200
+    with fake_openai_server(lambda req, i: long_text, chunk_delay_s=0.001) as srv:
+
+        def stop_sample_0(e):
+            return e.sample == 0 and len(e.text) >= 20
+
+        out = fast_backend(srv).generate(
+            GenerationRequest(messages=MESSAGES, params=SamplingParams(n=2, seed=1)),
+            on_event=stop_sample_0,
+        )
+    assert out[0].finish_reason == "cancelled" and len(out[0].text) < len(long_text)
+    assert out[1].finish_reason == "stop" and out[1].text == long_text
+    assert [r.get("seed") for r in srv.requests] == [1, 2] or sorted(
+        r.get("seed") for r in srv.requests
+    ) == [1, 2]
+
+
+def test_branches_run_concurrently_up_to_the_limit():
+    with fake_openai_server(lambda req, i: "x", delay_s=0.3) as srv:
+        backend = fast_backend(srv, concurrency=3)
+        out = backend.generate(GenerationRequest(branches=[MESSAGES] * 7))
+    assert len(out) == 7
+    assert srv.max_in_flight == 3
+
+
+def test_concurrency_limit_holds_across_simultaneous_calls():
+    with fake_openai_server(lambda req, i: "x", delay_s=0.2) as srv:
+        backend = fast_backend(srv, concurrency=2)
+        threads = [
+            threading.Thread(
+                target=backend.generate, args=(GenerationRequest(branches=[MESSAGES] * 3),)
+            )
+            for _ in range(3)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(srv.requests) == 9
+    assert srv.max_in_flight == 2
+
+
+def test_one_failing_branch_is_marked_and_others_kept():
+    def responder(req, i):
+        return (400, "bad branch") if "BAD" in req["messages"][-1]["content"] else "fine"
+
+    bad = MESSAGES[:-1] + [{"role": "user", "content": "### Turn 2\n\n**Action:**\nBAD"}]
+    with fake_openai_server(responder) as srv:
+        out = fast_backend(srv).generate(GenerationRequest(branches=[MESSAGES, bad]))
+    assert out[0].text == "fine" and out[0].finish_reason == "stop"
+    assert out[1].finish_reason == "error" and "bad branch" in out[1].error
+
+
+def test_model_name_defaults_to_the_served_model():
+    with fake_openai_server(model="qwen-agentworld") as srv:
+        backend = make_backend("openai", base_url=srv)
+        backend.generate(GenerationRequest(messages=MESSAGES))
+        backend.generate(GenerationRequest(messages=MESSAGES))
+    assert backend.model == "qwen-agentworld"
+    assert srv.requests[0]["model"] == "qwen-agentworld"
+    assert srv.model_list_calls == 1
+
+
+def test_make_backend_errors():
+    with pytest.raises(BackendError, match="needs a base_url"):
+        make_backend("openai")
+    with pytest.raises(BackendError, match="unknown backend 'gpt'"):
+        make_backend("gpt")

@@ -1,0 +1,53 @@
+"""`manage.py simulate` through a real worker."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from studio.models import JobStatus, SimulationJob
+from tests.support.fake_openai import fake_openai_server
+from tests.support.jobs import default_worker, make_trajectory  # noqa: F401
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+def test_simulate_wait_prints_the_predictions(project, default_worker):  # noqa: F811
+    trajectory = make_trajectory(project)
+    out = StringIO()
+    call_command(
+        "simulate", "--trajectory", str(trajectory.pk), "--step", "1",
+        "--action", "cat /srv/app/requirements.txt", "--n", "2", "--backend", "retrieval",
+        "--wait", "--timeout", "90", stdout=out,
+    )  # fmt: skip
+    text = out.getvalue()
+    job = SimulationJob.objects.get()
+    assert job.status == JobStatus.SUCCEEDED and job.n == 2
+    assert f"job {job.pk} queued on" in text and f"job {job.pk} succeeded" in text
+    assert "--- sim #1 · step 1" in text and "--- sim #2 · step 1" in text
+    assert "step 1 predicted observation:\nflask==3.0.2\ngunicorn==22.0.0" in text
+
+
+def test_simulate_wait_exits_non_zero_on_failure(project, default_worker):  # noqa: F811
+    trajectory = make_trajectory(project)
+    with fake_openai_server(lambda b, i: (500, "GPU fell off the bus")) as srv:
+        with pytest.raises(CommandError, match="failed: The openai backend failed"):
+            call_command(
+                "simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--n", "1",
+                "--backend", "openai", "--base-url", srv.base_url, "--model", "m", "--wait",
+                stdout=StringIO(),
+            )  # fmt: skip
+    assert SimulationJob.objects.get().status == JobStatus.FAILED
+
+
+def test_simulate_rejects_bad_arguments(project):
+    trajectory = make_trajectory(project)
+    with pytest.raises(CommandError, match="no trajectory with id 999999"):
+        call_command("simulate", "--trajectory", "999999", "--step", "0")
+    with pytest.raises(CommandError, match="fork_index 7 is outside"):
+        call_command("simulate", "--trajectory", str(trajectory.pk), "--step", "7")
+    with pytest.raises(CommandError, match="must be 1 to 64"):
+        call_command("simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--n", "100")
+    assert not SimulationJob.objects.exists()

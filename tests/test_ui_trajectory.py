@@ -1,0 +1,191 @@
+"""The trajectory page: header, branches, the lazily loaded step timeline, jump to step."""
+
+from __future__ import annotations
+
+import re
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import NoReverseMatch, reverse
+
+from studio.models import Step
+from studio.views.trajectories import PREVIEW_CHARS, STEPS_PER_PAGE
+from tests.support.ui import make_child_branch, make_trajectory
+
+
+def step_ids(html: str) -> list[int]:
+    return [int(i) for i in re.findall(r'<article class="step[^"]*" id="step-(\d+)"', html)]
+
+
+def page(client, traj, **params):
+    return client.get(reverse("trajectory", args=[traj.pk]), params)
+
+
+def steps_partial(client, traj, **params):
+    return client.get(reverse("trajectory_steps", args=[traj.pk]), params)
+
+
+def test_header_shows_every_trajectory_field(researcher_client, project):
+    traj = make_trajectory(
+        project,
+        title="Book a flight",
+        domain="mcp",
+        source_format="tau-bench",
+        source_file="airline.json",
+        task_instruction="Book NYC to SEA on May 20",
+        system_prompt="You simulate an airline API.",
+        tools=[
+            {"type": "function", "function": {"name": "search_flights", "parameters": {}}},
+            {"name": "book_reservation", "parameters": {}},
+        ],
+        metadata={"reward": 1.0, "trial": 3},
+        tags=["airline", "gold"],
+    )
+    html = page(researcher_client, traj).content.decode()
+    assert '<h1 class="traj-title">Book a flight</h1>' in html
+    assert '<span class="badge dom dom-mcp">MCP tool calls</span>' in html
+    assert "tau-bench" in html and "airline.json" in html
+    assert "Book NYC to SEA on May 20" in html
+    # folded blocks
+    assert re.search(
+        r'<details class="fold-block"><summary>System prompt.*?</summary>\s*<pre class="obs-text sys-prompt">You simulate an airline API.</pre>',
+        html,
+        re.S,
+    )
+    assert 'Tools <span class="muted">(2: search_flights, book_reservation)</span>' in html
+    assert '<span class="j-key">"reward"</span>' in html
+    assert '<span class="chip">airline</span>' in html and '<span class="chip">gold</span>' in html
+
+
+def test_steps_have_stable_ids_action_containers_and_renderers(researcher_client, project):
+    traj = make_trajectory(
+        project, domain="terminal", steps=[("ls", "\x1b[34mdir\x1b[0m"), ("pwd", "/root")]
+    )
+    html = page(researcher_client, traj).content.decode()
+    assert step_ids(html) == [0, 1]
+    assert '<div class="step-actions" data-step-index="0">' in html
+    assert '<div class="step-actions" data-step-index="1">' in html
+    assert '<span class="ansi-fg-4">dir</span>' in html
+    assert '<span class="prompt">$ </span>pwd' in html
+
+
+def test_branch_tree_section(researcher_client, project):
+    traj = make_trajectory(project)
+    html = page(researcher_client, traj).content.decode()
+    assert '<section id="branch-tree"' in html
+    try:
+        tree_url = reverse("branch_tree", args=[traj.pk])
+    except NoReverseMatch:
+        assert "hx-get" not in html[html.index('<section id="branch-tree"') :][:200]
+    else:
+        assert (
+            f'<section id="branch-tree" class="card side-card" hx-get="{tree_url}" hx-trigger="load">'
+            in html
+        )
+
+
+def test_first_response_holds_one_window_and_a_lazy_sentinel(researcher_client, project):
+    traj = make_trajectory(project, n_steps=STEPS_PER_PAGE * 2 + 7)
+    html = page(researcher_client, traj).content.decode()
+    assert step_ids(html) == list(range(STEPS_PER_PAGE))
+    assert f'id="step-{STEPS_PER_PAGE}"' not in html
+    next_url = (
+        reverse("trajectory_steps", args=[traj.pk])
+        + f"?branch={traj.branches.get().pk}&amp;start={STEPS_PER_PAGE}"
+    )
+    assert f'hx-get="{next_url}" hx-trigger="revealed" hx-swap="outerHTML"' in html
+
+    second = steps_partial(researcher_client, traj, start=STEPS_PER_PAGE).content.decode()
+    assert "<html" not in second
+    assert step_ids(second) == list(range(STEPS_PER_PAGE, 2 * STEPS_PER_PAGE))
+    assert f"start={2 * STEPS_PER_PAGE}" in second and 'hx-trigger="revealed"' in second
+
+    last = steps_partial(researcher_client, traj, start=2 * STEPS_PER_PAGE).content.decode()
+    assert step_ids(last) == list(range(2 * STEPS_PER_PAGE, 2 * STEPS_PER_PAGE + 7))
+    assert 'hx-trigger="revealed"' not in last
+    assert "↑ Load steps" in last  # a way back up after a jump
+
+
+def test_jump_to_step_serves_the_window_holding_it(researcher_client, project):
+    traj = make_trajectory(project, n_steps=STEPS_PER_PAGE * 3)
+    n = STEPS_PER_PAGE * 2 + 3
+    html = page(researcher_client, traj, step=n).content.decode()
+    assert step_ids(html) == list(range(2 * STEPS_PER_PAGE, 3 * STEPS_PER_PAGE))
+    assert f'data-jump="{n}"' in html
+    assert f"start={STEPS_PER_PAGE}" in html  # the "load previous" button
+    # past the end: the last step
+    html = page(researcher_client, traj, step=99999).content.decode()
+    assert f'data-jump="{3 * STEPS_PER_PAGE - 1}"' in html
+    assert page(researcher_client, traj, step="x").status_code == 404
+
+
+def test_query_count_does_not_grow_with_steps(researcher_client, project):
+    def long_step(i):
+        return {"action": f"a{i}", "observation": f"o{i}", "thinking": "t", "meta": {"k": i}}
+
+    small = make_trajectory(project, title="small", n_steps=10, step_factory=long_step)
+    large = make_trajectory(project, title="large", n_steps=300, step_factory=long_step)
+    make_child_branch(large, fork_index=150, n_own=3)
+    counts = {}
+    for name, traj in (("small", small), ("large", large)):
+        page(researcher_client, traj)  # warm the session
+        with CaptureQueriesContext(connection) as ctx:
+            assert page(researcher_client, traj).status_code == 200
+        counts[name] = len(ctx.captured_queries)
+        with CaptureQueriesContext(connection) as ctx:
+            steps_partial(researcher_client, traj, start=0)
+        counts[name + "_steps"] = len(ctx.captured_queries)
+    assert counts["small"] == counts["large"], counts
+    assert counts["small_steps"] == counts["large_steps"], counts
+    assert counts["small"] <= 12, counts
+
+
+def test_long_observation_is_cut_by_the_database_and_loads_in_full(researcher_client, project):
+    big = "BEGIN\n" + "y" * (PREVIEW_CHARS * 2) + "\nTHE END"
+    traj = make_trajectory(project, steps=[("cat big", big), ("ls", "small")])
+    html = page(researcher_client, traj).content.decode()
+    assert "BEGIN" in html and "THE END" not in html
+    assert len(html) < PREVIEW_CHARS
+    step = Step.objects.get(branch__trajectory=traj, index=0)
+    full_url = reverse("step_observation", args=[step.pk])
+    assert f'hx-get="{full_url}"' in html and "Load full observation" in html
+    full = researcher_client.get(full_url).content.decode()
+    assert "THE END" in full and "data-fold" in full
+
+
+def test_child_branch_shows_inherited_and_own_steps(researcher_client, project):
+    traj = make_trajectory(project, n_steps=6)
+    child = make_child_branch(traj, fork_index=3, name="what if", n_own=2)
+    Step.objects.filter(branch=child, index=4).update(parse_status="unclosed", thinking="hmm <tag>")
+    html = page(researcher_client, traj, branch=child.pk).content.decode()
+    assert step_ids(html) == [0, 1, 2, 3, 4]
+    assert html.count("inherited</span>") == 3
+    assert "alt action 3" in html and "output 3" not in html
+    assert '<span class="badge prov prov-simulated" title="Provenance">simulated</span>' in html
+    assert "Unclosed &lt;predicted_observation&gt; tag" in html
+    assert re.search(
+        r'<details class="thinking"><summary>Thinking.*?</summary><pre class="obs-text">hmm &lt;tag&gt;</pre></details>',
+        html,
+    )
+    # branch selector lists both, current highlighted, with origin and fork point
+    assert re.search(
+        rf'<li class="current">\s*<a href="[^"]*\?branch={child.pk}">what if</a>', html
+    )
+    assert "@3" in html and "Simulated" in html
+    partial = steps_partial(researcher_client, traj, branch=child.pk).content.decode()
+    assert step_ids(partial) == [0, 1, 2, 3, 4]
+
+
+def test_branch_of_another_trajectory_is_404(researcher_client, project):
+    a = make_trajectory(project, title="a")
+    b = make_trajectory(project, title="b")
+    b_root = b.branches.get()
+    assert page(researcher_client, a, branch=b_root.pk).status_code == 404
+    assert steps_partial(researcher_client, a, branch=b_root.pk).status_code == 404
+    assert page(researcher_client, a, branch=-1).status_code == 404
+
+
+def test_empty_branch(researcher_client, project):
+    traj = make_trajectory(project, n_steps=0)
+    html = page(researcher_client, traj).content.decode()
+    assert "This branch has no steps yet." in html and 'hx-trigger="revealed"' not in html
