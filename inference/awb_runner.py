@@ -185,7 +185,8 @@ def run_infer(
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed, n=1
         )
         request = GenerationRequest(messages=reference_messages(row), params=params)
-        completion = backend.generate(request, None)[0]
+        row_backend = backend.for_row(row) if hasattr(backend, "for_row") else backend
+        completion = row_backend.generate(request, None)[0]
         if completion.finish_reason == "error":
             raise RuntimeError(completion.error or "the backend returned an error")
         parsed = parse_prediction(completion.text)
@@ -207,3 +208,53 @@ def run_infer(
         desc="infer",
         show_progress=show_progress,
     )
+
+
+OBSERVATION_MARKER = "**Environment Observation:**"
+
+
+class LeaveOneOutRetrieval:
+    """The retrieval baseline for the benchmark without leaking answers: a row is answered
+    from the turns of the OTHER trajectories of its domain (every turn of its own trajectory
+    is the ground truth of one of its rows), or of all other trajectories when its domain has
+    no other. One index per trajectory id, built lazily."""
+
+    name = "retrieval"
+    is_neural = False
+
+    def __init__(self, rows: list[dict]):
+        from inference.backends.retrieval import MODEL_NAME, query_of
+
+        self.model = MODEL_NAME
+        self._entries: list[tuple[str, str, str, str]] = []  # (id, domain, action, observation)
+        seen: set[tuple[str, int]] = set()
+        for row in rows:
+            tid = str(row["id"])
+            for i, (prompt, response) in enumerate(
+                zip(row["prompt"], row["response"], strict=False)
+            ):
+                if (tid, i) in seen:
+                    continue
+                seen.add((tid, i))
+                observation = str(response).strip()
+                if observation.startswith(OBSERVATION_MARKER):
+                    observation = observation[len(OBSERVATION_MARKER) :].strip()
+                action = query_of([{"role": "user", "content": str(prompt)}])
+                self._entries.append((tid, domain_of(row), action, observation))
+        self._cache: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    def for_row(self, row: dict):
+        from inference.backends.retrieval import RetrievalBackend
+
+        tid, domain = str(row["id"]), domain_of(row)
+        with self._lock:
+            if tid not in self._cache:
+                others = [(d, a, o) for t, d, a, o in self._entries if t != tid]
+                same_domain = [e for e in others if e[0] == domain]
+                # a domain with a single trajectory borrows from the other domains
+                self._cache[tid] = RetrievalBackend(same_domain or others)
+            return self._cache[tid]
+
+    def generate(self, request, on_event=None):  # pragma: no cover - rows go through for_row
+        raise TypeError("LeaveOneOutRetrieval answers per row: use for_row(row).generate(...)")

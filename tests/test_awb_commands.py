@@ -136,7 +136,15 @@ def test_infer_with_the_retrieval_baseline_offline(tmp_path):
         "--backend", "retrieval", stdout=stdout, verbosity=0,
     )  # fmt: skip
     rows = read_jsonl(out)
-    assert len(rows) == 5 and all(isinstance(r["predicted_observation"], str) for r in rows)
+    assert len(rows) == 5
+    for row in rows:
+        truth = row["response"][row["turn_idx"] - 1].split("**Environment Observation:**\n", 1)[1]
+        assert row["predicted_observation"]
+        # answered from OTHER trajectories: a turn's own answer is never looked up
+        assert row["predicted_observation"] != truth
+        own = {r.split("\n", 1)[1] for r in row["response"]}
+        assert row["predicted_observation"] not in own
+        assert "retrieval baseline (non-neural)" in row["gen"]
 
 
 JUDGE_SCORES = {

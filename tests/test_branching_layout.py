@@ -116,3 +116,7 @@ def test_split_stream_tolerates_half_written_answers():
         "x",
     )
     assert split_stream("no tags at all") == ("no tags at all", "")
+    assert split_stream("<thi") == ("", "")
+    assert split_stream("<think>a</think><predicted_obs") == ("a", "")
+    assert split_stream("<think>a</think><predicted_observation>x</predic") == ("a", "x")
+    assert split_stream("a < b") == ("a < b", "")

@@ -154,6 +154,15 @@ def test_form_errors_and_permissions(client, researcher_client, project, setting
     assert client.get(reverse("import_job", kwargs={"job_id": job.pk})).status_code == 404
     assert not Trajectory.objects.exists()
 
+    # without JavaScript the form posts normally and lands on the job page
+    settings.STUDIO_MAX_UPLOAD_BYTES = 10**6
+    client.force_login(project.users["admin"])
+    plain = client.post(url, {"file": SimpleUploadedFile("plain.json", native_file())})
+    new_job = ImportJob.objects.get(original_name="plain.json")
+    assert plain.status_code == 302 and plain["Location"] == f"/imports/{new_job.pk}/"
+    page = client.get(plain["Location"]).content.decode()
+    assert 'hx-trigger="every 500ms"' in page and "Waiting for a worker" in page
+
 
 @pytest.mark.worker
 def test_import_progress_shows_while_the_atomic_import_runs(

@@ -179,6 +179,7 @@ def test_login_required_everywhere(client, project):
         reverse("trajectory", args=[traj.pk]),
         reverse("trajectory_steps", args=[traj.pk]),
         reverse("step_observation", args=[step.pk]),
+        reverse("step_raw_output", args=[step.pk]),
         reverse("trajectory_delete", args=[traj.pk]),
     ):
         response = client.get(url)
@@ -195,6 +196,7 @@ def test_outsider_gets_404(outsider_client, project):
         reverse("trajectory", args=[traj.pk]),
         reverse("trajectory_steps", args=[traj.pk]) + "?start=0",
         reverse("step_observation", args=[step.pk]),
+        reverse("step_raw_output", args=[step.pk]),
         reverse("trajectory_delete", args=[traj.pk]),
     ):
         assert outsider_client.get(url).status_code == 404, url

@@ -189,3 +189,26 @@ def test_empty_branch(researcher_client, project):
     traj = make_trajectory(project, n_steps=0)
     html = page(researcher_client, traj).content.decode()
     assert "This branch has no steps yet." in html and 'hx-trigger="revealed"' not in html
+
+
+def test_raw_model_output_of_simulated_steps_loads_on_demand(researcher_client, project):
+    traj = make_trajectory(project, n_steps=3)
+    child = make_child_branch(traj, fork_index=1, n_own=1)
+    step = child.steps.get()
+    step.raw_output = "<think>hmm</think><predicted_observation>ok"
+    step.parse_status = "unclosed"
+    step.save()
+    html = page(researcher_client, traj, branch=child.pk).content.decode()
+    raw_url = reverse("step_raw_output", args=[step.pk])
+    assert f'hx-get="{raw_url}" hx-trigger="click once"' in html
+    assert "&lt;think&gt;hmm" not in html  # not sent with the page
+    raw = researcher_client.get(raw_url).content.decode()
+    assert (
+        raw
+        == '<pre class="obs-text raw-output">&lt;think&gt;hmm&lt;/think&gt;&lt;predicted_observation&gt;ok</pre>'
+    )
+    recorded = Step.objects.get(branch=traj.branches.get(parent__isnull=True), index=0)
+    assert (
+        "No raw output stored."
+        in researcher_client.get(reverse("step_raw_output", args=[recorded.pk])).content.decode()
+    )

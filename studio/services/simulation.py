@@ -273,6 +273,10 @@ class Cancelled(Exception):
     pass
 
 
+class JobTimeLimit(Exception):
+    """The run stopped itself before Celery's soft time limit (streams end cleanly)."""
+
+
 @dataclass
 class Sample:
     """One child branch while the job runs."""
@@ -325,7 +329,7 @@ def run_simulation(job_id: int) -> None:
 def readable_error(exc: BaseException, job: SimulationJob) -> str:
     from celery.exceptions import SoftTimeLimitExceeded
 
-    if isinstance(exc, SoftTimeLimitExceeded):
+    if isinstance(exc, SoftTimeLimitExceeded | JobTimeLimit):
         return (
             f"Stopped: the job ran past the time limit of {settings.STUDIO_JOB_SOFT_LIMIT_S} s "
             "(STUDIO_JOB_HARD_LIMIT_S). Try fewer futures, fewer steps or fewer max_tokens."
@@ -349,6 +353,9 @@ class SimulationRun:
         self.totals = Totals()
         self.samples: list[Sample] = []
         self.total_units = 1
+        # Stop a little before Celery's soft limit: a stop asked through the stream callback
+        # ends every branch cleanly, where the soft-limit signal lands in one thread only.
+        self.deadline = time.monotonic() + max(1.0, settings.STUDIO_JOB_SOFT_LIMIT_S - 2)
         self.agent_thoughts: dict[int, AgentDecision] = {}  # sample -> this step's decision
 
     def prepare(self) -> None:
@@ -455,14 +462,23 @@ class SimulationRun:
                     actions[id(sample)] = decision.action
                     self.agent_thoughts[id(sample)] = decision
             if actions:
-                self.simulate_step(index, actions, Provenance.AGENT)
+                self.simulate_step(index, actions, Provenance.AGENT, recorded_context=False)
 
     def alive(self) -> list[Sample]:
         return [s for s in self.samples if s.alive]
 
+    def past_deadline(self) -> bool:
+        return time.monotonic() > self.deadline
+
+    def should_stop(self) -> bool:
+        """Asked of every stream event: a cancel request, or the job's time is up."""
+        return self.monitor.cancel_requested or self.past_deadline()
+
     def check_cancel(self) -> None:
         if self.monitor.cancel_requested:
             raise Cancelled
+        if self.past_deadline():
+            raise JobTimeLimit
 
     def progress_of(self, sample: Sample, phase: str, text: str, tokens_out: int) -> dict:
         tps = 0.0
@@ -477,12 +493,17 @@ class SimulationRun:
             "step": sample.steps_done,
         }
 
-    def simulate_step(self, index: int, actions: dict[int, str], provenance: str) -> None:
-        """One world-model turn for every sample in `actions`, batched in one request."""
+    def simulate_step(
+        self, index: int, actions: dict[int, str], provenance: str, *, recorded_context: bool = True
+    ) -> None:
+        """One world-model turn for every sample in `actions`, batched in one request.
+        `recorded_context`: the recorded step at `index` (its state, its verbatim turn prompt)
+        still describes this turn; not so once an agent has taken the branch elsewhere."""
         from inference.parsing import parse_prediction
 
         samples = [s for s in self.samples if s.alive and id(s) in actions]
-        currents = [world_model.current_turn(self.recorded(index), actions[id(s)]) for s in samples]
+        context = self.recorded(index) if recorded_context else None
+        currents = [world_model.current_turn(context, actions[id(s)]) for s in samples]
         prompts = [
             world_model.build_messages_for(self.trajectory, s.history, cur)
             for s, cur in zip(samples, currents, strict=True)
@@ -509,7 +530,7 @@ class SimulationRun:
                 )
                 if event.phase == "decoding":
                     self.monitor.set_job(phase="decoding")
-            return self.monitor.cancel_requested
+            return self.should_stop()
 
         started = time.monotonic()
         completions = self.backend.generate(request, on_event)
@@ -527,6 +548,7 @@ class SimulationRun:
             self.totals.tokens_in += completion.tokens_in
             self.totals.tokens_out += completion.tokens_out
             if completion.finish_reason == "cancelled":
+                self.check_cancel()
                 raise Cancelled
             if completion.finish_reason == "error":
                 self.fail_sample(sample, completion.error or "the backend returned an error")

@@ -63,12 +63,23 @@ def rate(value) -> str:
 
 _OPEN_OBS = "<predicted_observation>"
 _CLOSE_OBS = "</predicted_observation>"
+_TAGS = ("<think>", "</think>", _OPEN_OBS, _CLOSE_OBS)
+
+
+def _cut_partial_tag(text: str) -> str:
+    """Drop a tag still being written at the end (`<thi`, `</predicted_obs`)."""
+    start = text.rfind("<")
+    if start != -1 and ">" not in text[start:]:
+        fragment = text[start:]
+        if any(tag.startswith(fragment) for tag in _TAGS):
+            return text[:start]
+    return text
 
 
 def split_stream(text: str) -> tuple[str, str]:
     """Text streamed so far -> (thinking so far, observation so far). Tolerates the unclosed
-    tags a half-written answer has; the final parse is the worker's."""
-    text = text or ""
+    and half-written tags a partial answer has; the final parse is the worker's."""
+    text = _cut_partial_tag(text or "")
     if _OPEN_OBS in text:
         before, after = text.split(_OPEN_OBS, 1)
         observation = after.split(_CLOSE_OBS, 1)[0]

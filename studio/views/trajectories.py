@@ -13,6 +13,7 @@ from django.db.models.functions import Length, Substr
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import path
+from django.utils.html import format_html
 
 from studio.access import get_step_for_user, get_trajectory_for_user
 from studio.http import HtmxHttpRequest
@@ -115,8 +116,19 @@ def step_observation(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
     return HttpResponse(html)
 
 
+def step_raw_output(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
+    """The world model's raw text for a simulated step (asked for when its fold opens)."""
+    step, _ = get_step_for_user(request, step_id)
+    if not step.raw_output:
+        return HttpResponse(
+            format_html('<p class="muted small-text">{}</p>', "No raw output stored.")
+        )
+    return HttpResponse(format_html('<pre class="obs-text raw-output">{}</pre>', step.raw_output))
+
+
 urlpatterns = [
     path("trajectories/<int:trajectory_id>/", trajectory_page, name="trajectory"),
     path("trajectories/<int:trajectory_id>/steps/", trajectory_steps, name="trajectory_steps"),
     path("steps/<int:step_id>/observation/", step_observation, name="step_observation"),
+    path("steps/<int:step_id>/raw/", step_raw_output, name="step_raw_output"),
 ]

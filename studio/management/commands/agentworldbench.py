@@ -4,6 +4,7 @@ and score (normalised figures per domain and overall)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -52,7 +53,7 @@ class Command(BaseCommand):
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
 
     def do_infer(self, options) -> None:
-        from inference.awb_runner import find_files, read_rows, run_infer
+        from inference.awb_runner import LeaveOneOutRetrieval, find_files, read_rows, run_infer
         from inference.backends import BackendError, make_backend
 
         self.check_positive(options, "max_tokens", "concurrency")
@@ -62,18 +63,19 @@ class Command(BaseCommand):
         if backend_name in ("openai", "hf") and not options["model"]:
             raise CommandError(f"--backend {backend_name} needs --model")
         rows = read_rows(find_files(options["data"]))
-        corpus = None
-        if backend_name == "retrieval":
-            corpus = retrieval_corpus_from_rows(rows)
+        backend: Any
         try:
-            backend = make_backend(
-                backend_name,
-                model=options["model"],
-                base_url=options["base_url"],
-                api_key=options["api_key"] or settings.WORLD_MODEL_API_KEY,
-                corpus=corpus,
-                concurrency=options["concurrency"],
-            )
+            if backend_name == "retrieval":
+                # answers from the other trajectories of the benchmark: no leaked ground truth
+                backend = LeaveOneOutRetrieval(rows)
+            else:
+                backend = make_backend(
+                    backend_name,
+                    model=options["model"],
+                    base_url=options["base_url"],
+                    api_key=options["api_key"] or settings.WORLD_MODEL_API_KEY,
+                    concurrency=options["concurrency"],
+                )
         except BackendError as exc:
             raise CommandError(str(exc)) from None
         stats = run_infer(
@@ -145,23 +147,6 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{stats.failed} row(s) failed; run the same command again to retry them"
             )
-
-
-def retrieval_corpus_from_rows(rows: list[dict]) -> list[tuple[str, str, str]]:
-    """For the offline baseline: every earlier turn of the benchmark rows as (domain, action,
-    observation), never the turn being predicted."""
-    from inference.awb_runner import domain_of
-
-    seen: set[tuple[str, str]] = set()
-    corpus = []
-    for row in rows:
-        domain = domain_of(row)
-        for i in range(int(row["turn_idx"]) - 1):
-            key = (row["prompt"][i], row["response"][i])
-            if key not in seen:
-                seen.add(key)
-                corpus.append((domain, row["prompt"][i], row["response"][i]))
-    return corpus
 
 
 def count_failed_judgements(path: str) -> int:

@@ -1,0 +1,38 @@
+"""Time limits from settings: a job that runs too long ends failed with a readable message."""
+
+from __future__ import annotations
+
+import pytest
+
+from studio.models import JobStatus, Step
+from studio.services.simulation import do_start_simulation
+from tests.support.fake_openai import fake_openai_server
+from tests.support.jobs import make_trajectory, wait_job
+from tests.support.worker import running_worker
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+def test_job_past_its_time_limit_fails_readably(project):
+    slow = "<predicted_observation>" + "drip " * 400 + "</predicted_observation>"  # ~25 s
+    trajectory = make_trajectory(project)
+    # hard limit 10 s -> soft limit 5 s in settings; the run stops itself just before
+    env = {"STUDIO_JOB_HARD_LIMIT_S": "10"}
+    with fake_openai_server(lambda b, i: slow, chunk_delay_s=0.05) as srv:
+        with running_worker(("default",), extra_env=env):
+            job = do_start_simulation(
+                user=None,
+                branch=trajectory.root_branch,
+                fork_index=1,
+                action="yes",
+                n=2,
+                backend="openai",
+                base_url=srv.base_url,
+                model="m",
+            )
+            job = wait_job(job, timeout=60)
+    assert job.status == JobStatus.FAILED
+    assert job.error.startswith("Stopped: the job ran past the time limit of 5 s")
+    assert (job.finished_at - job.started_at).total_seconds() < 10
+    assert set(job.branches.values_list("status", flat=True)) == {"failed"}
+    assert not Step.objects.filter(branch__job=job).exists()
