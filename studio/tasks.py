@@ -37,15 +37,26 @@ def run_import_job(job_id: int) -> None:
     run_import(job_id)
 
 
+@shared_task(name="studio.reap_lost_jobs", ignore_result=True)
+def reap_lost_jobs() -> int:
+    from studio.services.job_runtime import reap_stale_jobs
+
+    return reap_stale_jobs()
+
+
 @worker_ready.connect
-def reap_jobs_of_lost_workers(**_kwargs) -> None:
-    """Safety net without a periodic task: a starting worker fails jobs whose worker died."""
+def reap_jobs_of_lost_workers(sender=None, **_kwargs) -> None:
+    """Safety net without a periodic task: a starting worker fails jobs whose worker died.
+    A worker restarted at once after a crash sees the dead job's heartbeat still fresh, so it
+    also asks for one more sweep once that heartbeat must have gone stale."""
     from django.db import connection
 
-    from studio.services.job_runtime import reap_stale_jobs
+    from studio.celery import queue_name
+    from studio.services.job_runtime import reap_stale_jobs, stale_after_s
 
     try:
         reap_stale_jobs()
+        reap_lost_jobs.apply_async(countdown=stale_after_s() + 1, queue=queue_name("default"))
     except Exception:  # never keep a worker from starting
         log.exception("could not check for jobs of lost workers")
     finally:

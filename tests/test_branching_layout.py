@@ -120,3 +120,11 @@ def test_split_stream_tolerates_half_written_answers():
     assert split_stream("<think>a</think><predicted_obs") == ("a", "")
     assert split_stream("<think>a</think><predicted_observation>x</predic") == ("a", "x")
     assert split_stream("a < b") == ("a < b", "")
+
+
+def test_stream_parts_labels_untagged_output_as_plain():
+    from studio.templatetags.branching_tags import stream_parts
+
+    assert stream_parts("<thi") == {"thinking": "", "observation": "", "plain": ""}
+    assert stream_parts("total 0\n") == {"thinking": "", "observation": "", "plain": "total 0"}
+    assert stream_parts("<think>hm")["thinking"] == "hm"

@@ -442,3 +442,20 @@ def test_job_page_shows_a_bounded_number_of_steps(
     assert (
         "malformed: step 0 No &lt;predicted_observation&gt; tag" in html and "2 later steps" in html
     )
+
+
+def test_continue_a_branch_with_a_new_step(researcher_client, traj):
+    t, root = traj
+    sim = make_child(root, 3, ["a", "b"], name="sim")  # steps 0-4
+    url = reverse("branch_fork", args=[sim.pk, 5])
+    html = researcher_client.get(url).content.decode()
+    assert "Continue <em>sim</em> with a new step 5" in html
+    assert researcher_client.get(reverse("branch_fork", args=[sim.pk, 6])).status_code == 404
+    r = researcher_client.post(url, {**EDITOR_POST, "action": "echo next", "n": "1"})
+    assert r.status_code == 302
+    new = Branch.objects.get(parent=sim)
+    assert new.fork_index == 5 and new.origin == "edited"
+    job = SimulationJob.objects.get()
+    assert job.action == "echo next" and job.fork_index == 5
+    tree = researcher_client.get(reverse("branch_tree", args=[t.pk])).content.decode()
+    assert url in tree  # "Continue…" on the branch list

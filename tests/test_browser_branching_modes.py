@@ -111,8 +111,8 @@ def test_live_streaming_of_the_world_model_text(
     )
     # While decoding, the running branches show their text so far and the phase, updated
     # by polling (no reload).
-    page.wait_for_selector(".job-branch .stream-text", timeout=60_000)
-    thinking = page.inner_text(".job-branch .stream-text")
+    page.wait_for_selector(".job-branch .stream-thinking", timeout=60_000)
+    thinking = page.inner_text(".job-branch .stream-thinking")
     assert thinking and THINKING.startswith(thinking)  # the thinking so far, as it came
     page.wait_for_selector(".job-branch .stream-observation", timeout=60_000)
     so_far = page.inner_text(".job-branch .stream-observation")

@@ -82,6 +82,23 @@ def test_whole_worker_killed_is_failed_when_a_worker_starts(project, settings):
             assert_failed_as_lost(job)
 
 
+def test_worker_restarted_at_once_sweeps_again_when_the_heartbeat_is_stale(project, settings):
+    stale = 8  # longer than a worker takes to start: the sweep at worker_ready finds nothing
+    settings.STUDIO_JOB_STALE_S = stale
+    env = {"STUDIO_JOB_STALE_S": str(stale)}
+    with fake_openai_server(lambda b, i: SLOW, chunk_delay_s=0.05) as srv:
+        with running_worker(("default",), extra_env=env) as proc:
+            job = start_slow_job(project, srv.base_url)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        killed_at = time.monotonic()
+        with running_worker(("default",), extra_env=env):
+            assert time.monotonic() - killed_at < stale
+            assert SimulationJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
+            # the delayed sweep the new worker scheduled fails it, with nobody polling
+            assert_failed_as_lost(job)
+
+
 def test_killed_pool_process_redelivers_and_the_claim_fails_the_job(project):
     with fake_openai_server(lambda b, i: SLOW, chunk_delay_s=0.05) as srv:
         with running_worker(("default",)) as proc:

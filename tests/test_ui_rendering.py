@@ -335,3 +335,12 @@ def test_android_compact_element_lines_render_as_a_screen():
         and '<span class="ui-res">cancel</span>' in html
     )
     assert "(0,138)–(147,285)" in html
+
+
+def test_os_gui_calls_are_not_shown_as_shell_commands():
+    from studio.rendering import render_action
+
+    gui = str(render_action("os", 'double_click(item="report.pdf")', {}))
+    assert 'class="prompt"' not in gui and "report.pdf" in gui
+    shell = str(render_action("os", "ls -la ~/Documents", {}))
+    assert 'class="prompt"' in shell

@@ -40,6 +40,9 @@ from studio.rendering.trees import (
 __all__ = ["detect_kind", "render_action", "render_observation", "render_preview"]
 
 TERMINAL_DOMAINS = ("terminal", "swe", "os")
+# Actions read as shell commands; OS actions only when they are not GUI calls like click(x=1).
+SHELL_ACTION_DOMAINS = ("terminal", "swe")
+_FUNC_CALL_RE = re.compile(r"^\s*[A-Za-z_][\w.]*\(.*\)\s*$", re.S)
 # Observations longer than this (characters or lines) are clamped with a "Show all" button.
 FOLD_CHARS = 1500
 FOLD_LINES = 24
@@ -184,7 +187,7 @@ def render_action(domain: str, text: str, meta: dict | None = None) -> SafeStrin
         if call is not None:
             return _render_call(*call)
         return format_html('<div class="action action-json">{}</div>', render_json_value(value))
-    if domain in TERMINAL_DOMAINS:
+    if domain in SHELL_ACTION_DOMAINS or (domain == "os" and not _FUNC_CALL_RE.match(text)):
         return format_html(
             '<pre class="action action-cmd term"><span class="prompt">$ </span>{}</pre>',
             ansi_to_html(text.rstrip("\n")),

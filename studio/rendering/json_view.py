@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from studio.rendering.safe import join
 
@@ -36,7 +36,7 @@ class _Budget:
 
 def _scalar(value: Any, budget: _Budget, depth: int) -> SafeString:
     if value is None:
-        return format_html('<span class="j-null">null</span>')
+        return mark_safe('<span class="j-null">null</span>')  # constant markup, no user text
     if isinstance(value, bool):
         return format_html('<span class="j-bool">{}</span>', "true" if value else "false")
     if isinstance(value, int | float):

@@ -9,7 +9,8 @@ ones). Two paths find such jobs:
 - a redelivered message (acks_late + reject_on_worker_lost: the pool process died and the
   message went back to the queue) for a job that is still RUNNING: the claim marks it failed;
 - a whole worker killed (its messages stay unacked in Redis until the visibility timeout): every
-  worker start (`worker_ready`) and every poll of a job's status runs `reap_stale_jobs`.
+  worker start (`worker_ready`, plus one delayed sweep STUDIO_JOB_STALE_S later for a worker
+  restarted at once) and every poll of a job's status runs `reap_stale_jobs`.
 A RUNNING job beats every STUDIO_JOB_STALE_S / 6 seconds from a thread, so a long prefill or a
 slow remote model never looks dead."""
 

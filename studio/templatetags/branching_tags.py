@@ -91,5 +91,10 @@ def split_stream(text: str) -> tuple[str, str]:
 
 @register.simple_tag
 def stream_parts(text: str) -> dict:
-    thinking, observation = split_stream(text)
-    return {"thinking": thinking, "observation": observation}
+    """For the job page: thinking and observation so far, or `plain` text when the model
+    writes no tags at all (then it is neither, yet)."""
+    cut = _cut_partial_tag(text or "")
+    if not any(tag in cut for tag in _TAGS):
+        return {"thinking": "", "observation": "", "plain": cut.strip()}
+    thinking, observation = split_stream(cut)
+    return {"thinking": thinking, "observation": observation, "plain": ""}

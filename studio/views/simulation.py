@@ -25,7 +25,8 @@ ACTIVE_BRANCH_STATUSES = (BranchStatus.QUEUED, BranchStatus.RUNNING)
 
 @require_http_methods(["GET", "POST"])
 def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpResponse:
-    """The editor: the action at step `index` of `branch`, and how to simulate from there."""
+    """The editor: the action at step `index` of `branch`, and how to simulate from there.
+    `index` may be one past the last step: the agent takes a new action there."""
     branch, membership = get_branch_for_user(request, branch_id, edit=True)
     trajectory = branch.trajectory
     steps = list(
@@ -44,11 +45,12 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
         )
     )
     step = next((s for s in steps if s.index == index), None)
-    if step is None:
-        raise Http404(f"Branch {branch.name!r} has no step {index}.")
     total = branch.all_steps().count()
-    steps_after = total - index - 1
-    initial_action = pretty_json_or_none(step.action) or step.action
+    # index == total: a new step after the branch's last one ("continue"); beyond: nothing.
+    if step is None and index != total:
+        raise Http404(f"Branch {branch.name!r} has no step {index} (it has {total}).")
+    steps_after = max(0, total - index - 1)
+    initial_action = (pretty_json_or_none(step.action) or step.action) if step else ""
     form = SimulateForm(
         request.POST if request.method == "POST" else None,
         domain=trajectory.domain,
@@ -91,7 +93,8 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
         "steps_after": steps_after,
         "form": form,
         "snippets": ACTION_SNIPPETS.get(trajectory.domain, []),
-        "recorded_action": step.action,
+        "recorded_action": step.action if step else "",
+        "is_new_step": step is None,
     }
     template = "simulation/editor.html#editor" if request.htmx else "simulation/editor.html"
     return render(request, template, context, status=400 if form.errors else 200)
@@ -129,6 +132,7 @@ def _job_context(job: SimulationJob, membership) -> dict:
                 "branch": b,
                 "steps": steps,
                 "more_steps": b.n_own - len(steps),
+                "next_index": b.fork_index + b.n_own,
                 "malformed": malformed,
                 "n_malformed": b.n_malformed,
                 "more_malformed": b.n_malformed - len(malformed),
