@@ -3,6 +3,7 @@ and write access (import, delete, branch, simulate) needs the admin or researche
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
@@ -10,10 +11,25 @@ from django.shortcuts import get_object_or_404
 from studio.models import Branch, Membership, Project, SimulationJob, Step, Trajectory
 
 
+def signed_in_user(request: HttpRequest) -> User:
+    """The request's user as a `User`. LoginRequiredMiddleware sends anonymous visitors to
+    the login page before any view runs, so an anonymous user here is a URL marked
+    `login_not_required` by mistake: refuse it rather than query with no user."""
+    user = request.user
+    if not user.is_authenticated:
+        raise PermissionDenied("Sign in first.")
+    return user
+
+
 def membership_for(request: HttpRequest, project_id: int) -> Membership:
+    user = request.user
+    if not user.is_authenticated:
+        # No project is visible to an anonymous visitor (the login middleware normally
+        # redirects them before any view runs).
+        raise Http404("No such project")
     membership = (
         Membership.objects.select_related("project")
-        .filter(project_id=project_id, user_id=request.user.pk)
+        .filter(project_id=project_id, user_id=user.pk)
         .first()
     )
     if membership is None:

@@ -117,12 +117,14 @@ def choose_broker(redis_url: str | None, data_dir: str) -> tuple[str, dict, str]
 
 def _filesystem_broker(data_dir: str, why: str) -> tuple[str, dict, str]:
     folder = os.path.join(data_dir, "broker")
-    for sub in ("in", "processed"):
+    for sub in ("in", "processed", "control"):
         os.makedirs(os.path.join(folder, sub), exist_ok=True)
     options = {
         "data_folder_in": os.path.join(folder, "in"),
         "data_folder_out": os.path.join(folder, "in"),
         "processed_folder": os.path.join(folder, "processed"),
         "store_processed": False,
+        # Fanout/control exchange files; kombu's default is ./control in the working directory.
+        "control_folder": os.path.join(folder, "control"),
     }
     return "filesystem://", options, f"embedded filesystem transport in {folder} ({why})"

@@ -329,6 +329,10 @@ def test_compare_selection_errors(researcher_client, traj, project):
     a = make_child(root, 2, ["x"])
     url = reverse("branch_compare", args=[t.pk])
     assert researcher_client.get(url).status_code == 200  # the picker alone
+    job = make_job(root, 2, status="running")
+    Branch.objects.filter(pk=a.pk).update(job=job)
+    tree = researcher_client.get(reverse("branch_tree", args=[t.pk])).content.decode()
+    assert reverse("simulation_job", args=[job.pk]) in tree  # the branch links to its job
     r = researcher_client.get(url + f"?b={a.pk}")
     assert r.status_code == 400 and "Pick 2 to 6 branches to compare (got 1)" in r.content.decode()
     others = [make_child(root, 1, ["y"], name=f"o{i}").pk for i in range(6)]
@@ -459,3 +463,21 @@ def test_continue_a_branch_with_a_new_step(researcher_client, traj):
     assert job.action == "echo next" and job.fork_index == 5
     tree = researcher_client.get(reverse("branch_tree", args=[t.pk])).content.decode()
     assert url in tree  # "Continue…" on the branch list
+
+
+def test_compare_pages_long_branches(researcher_client, project):
+    steps = [(f"cmd {i}", f"out {i}") for i in range(130)]
+    t, root = make_trajectory(project, steps=steps, key="long")
+    a = make_child(root, 5, [f"alt {i}" for i in range(125)], name="A")
+    b = make_child(root, 5, [f"other {i}" for i in range(125)], name="B")
+    url = reverse("branch_compare", args=[t.pk]) + f"?b={a.pk}&b={b.pk}"
+    html = researcher_client.get(url).content.decode()
+    assert html.count('id="compare-step-') == 50
+    assert 'id="compare-step-5"' in html and 'id="compare-step-54"' in html
+    assert "steps 5–54 of 129" in html and 'id="compare-prev"' not in html
+    nxt = re.search(r'href="([^"]+)" id="compare-next"', html).group(1).replace("&amp;", "&")
+    html = researcher_client.get(nxt).content.decode()
+    assert 'id="compare-step-55"' in html and "start=5" in html  # back to the first page
+    last = researcher_client.get(url + "&start=120").content.decode()
+    assert last.count('id="compare-step-') == 10 and 'id="compare-next"' not in last
+    assert researcher_client.get(url + "&start=-1").status_code == 400

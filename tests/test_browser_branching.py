@@ -60,10 +60,10 @@ def tree_figure(page) -> dict:
     return json.loads(page.inner_text("script[id^=branch-tree-figure-]"))
 
 
-def click_tree_node(page, branch_id: int):
-    """Click the node of `branch_id` where Plotly drew it."""
+def node_position(page, branch_id: int) -> dict:
+    """Where Plotly drew the node of `branch_id` (page coordinates)."""
     page.wait_for_selector(".branch-tree-plot[data-ready='1']")
-    box = page.evaluate(
+    return page.evaluate(
         """(bid) => {
             const gd = document.querySelector('.branch-tree-plot');
             const trace = gd.data.findIndex(t => t.name === 'branches');
@@ -74,6 +74,10 @@ def click_tree_node(page, branch_id: int):
         }""",
         branch_id,
     )
+
+
+def click_tree_node(page, branch_id: int):
+    box = node_position(page, branch_id)
     page.mouse.move(box["x"], box["y"])
     page.mouse.click(box["x"], box["y"])
 
@@ -125,6 +129,33 @@ def test_branch_edit_simulate_compare_tree_retrieval(page, live_server, login, p
     page.goto(f"{live_server.url}/trajectories/{trajectory.pk}/?branch={job.branches.first().pk}")
     page.wait_for_selector("#branch-tree .branch-tree-plot[data-ready='1']")
     assert tree_figure(page)["meta"]["current"] == job.branches.first().pk
+    # Rename, star and delete from the full tree page; a hostile name stays text everywhere.
+    first, second, third = job.branches.order_by("sample_index")
+    page.goto(f"{live_server.url}/trajectories/{trajectory.pk}/tree/")
+    row = page.locator(f"tr[data-branch-id='{first.pk}']")
+    row.locator("input[name=name]").fill('<img src=x onerror="window.__xss=1">')
+    row.locator("button", has_text="Rename").click()
+    page.wait_for_selector(".messages")
+    page.locator(f"tr[data-branch-id='{second.pk}'] button.star").click()
+    page.wait_for_selector(f"tr[data-branch-id='{second.pk}'] button.star >> text=★")
+    page.goto(f"{live_server.url}/trajectories/{trajectory.pk}/tree/?branch={first.pk}")
+    page.wait_for_selector(".branch-tree-plot[data-ready='1']")
+    box = node_position(page, first.pk)
+    page.mouse.move(box["x"], box["y"])
+    page.wait_for_selector(".hoverlayer .hovertext")
+    hover = page.evaluate("document.querySelector('.hoverlayer').textContent")
+    assert '<img src=x onerror="window.__xss=1">' in hover
+    assert page.evaluate("window.__xss") is None
+    page.mouse.click(box["x"], box["y"])
+    page.wait_for_url(re.compile(rf"\?branch={first.pk}$"))
+    page.goto(f"{live_server.url}/trajectories/{trajectory.pk}/compare/?b={first.pk}&b={second.pk}")
+    assert '<img src=x onerror="window.__xss=1">' in page.inner_text(".compare-table thead")
+    assert page.evaluate("window.__xss") is None
+    page.goto(f"{live_server.url}/branches/{third.pk}/delete/")
+    page.click("#confirm-delete")
+    page.wait_for_url(re.compile(rf"/trajectories/{trajectory.pk}/\?branch={job.branch_id}$"))
+    assert not Branch.objects.filter(pk=third.pk).exists()
+    assert Branch.objects.get(pk=second.pk).starred
 
 
 @pytest.mark.torch

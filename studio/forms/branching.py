@@ -333,6 +333,7 @@ class CompareForm(forms.Form):
     diff = forms.ChoiceField(
         choices=[("words", "Word diff"), ("lines", "Line diff")], required=False
     )
+    start = forms.IntegerField(required=False, min_value=0)
 
     def __init__(self, *args, branches, **kwargs):
         super().__init__(*args, **kwargs)

@@ -17,7 +17,16 @@ from __future__ import annotations
 
 import re
 
-from studio.importers.base import ParsedStep, ParsedTrajectory, Source, Where, as_text, get
+from studio.importers.base import (
+    ParsedStep,
+    ParsedTrajectory,
+    Source,
+    Where,
+    as_text,
+    get,
+    optional_dict,
+    optional_list,
+)
 
 NAME = "androidworld"
 DOMAIN = "android"
@@ -68,14 +77,14 @@ def _elements(state) -> list | None:
 def build(where: Where, data: dict, title_hint: str) -> ParsedTrajectory:
     records = get(data, "step_records", list, where)
     goal = get(data, "goal", str, where)
-    timings = data.get("step_timings") if isinstance(data.get("step_timings"), list) else []
+    timings = optional_list(data, "step_timings")
     steps = []
     for i, rec in enumerate(records):
         at = where.sub(f"step_records[{i}]")
         text = get(rec, "action", str, at)
         m = REASON_ACTION.match(text)
         reason, action = (m.group(1) or "", m.group(2)) if m else ("", text)
-        agent = rec.get("agent_data") if isinstance(rec.get("agent_data"), dict) else {}
+        agent = optional_dict(rec, "agent_data")
         before = _elements(rec.get("state"))
         if before is None and isinstance(agent.get("before_element_list"), list):
             before = agent["before_element_list"]

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
 Progress = Callable[[float], None]
 # The studio's domains (studio.models.Domain); kept here so importers stay free of Django.
@@ -81,8 +81,26 @@ class Where:
 _TYPE_NAMES = {str: "a string", list: "a list", dict: "an object", int: "an integer"}
 
 
-def get(obj: Any, key: str, kind: type | tuple[type, ...], where: Where, *, required=True):
-    """obj[key] checked against `kind`; a missing optional key gives None."""
+_T = TypeVar("_T")
+
+
+@overload
+def get(
+    obj: Any, key: str, kind: type[_T], where: Where, *, required: Literal[True] = True
+) -> _T: ...
+@overload
+def get(obj: Any, key: str, kind: type[_T], where: Where, *, required: bool) -> _T | None: ...
+@overload
+def get(
+    obj: Any, key: str, kind: tuple[type, ...], where: Where, *, required: bool = True
+) -> Any: ...
+def get(
+    obj: Any, key: str, kind: type | tuple[type, ...], where: Where, *, required: bool = True
+) -> Any:
+    """obj[key] checked against `kind`; a missing optional key gives None.
+
+    Typed by `kind`: `get(msg, "role", str, at)` is a `str`, with `required=False` a
+    `str | None`."""
     if not isinstance(obj, dict):
         raise where.error("expected a JSON object")
     if key not in obj or obj[key] is None:
@@ -95,6 +113,19 @@ def get(obj: Any, key: str, kind: type | tuple[type, ...], where: Where, *, requ
         names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
         raise where.fail(key, f"must be {names}")
     return value
+
+
+def optional_dict(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """obj[key] when it is a JSON object, else an empty one: for optional parts of a record
+    whose absence (or another type) is not an error."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def optional_list(obj: dict[str, Any], key: str) -> list[Any]:
+    """obj[key] when it is a JSON list, else an empty one (see `optional_dict`)."""
+    value = obj.get(key)
+    return value if isinstance(value, list) else []
 
 
 def get_str_list(obj: dict, key: str, where: Where) -> list[str]:

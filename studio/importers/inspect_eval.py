@@ -19,6 +19,7 @@ from studio.importers.base import (
     as_text,
     content_text,
     get,
+    optional_dict,
     shorten,
     tool_call_action,
 )
@@ -62,7 +63,7 @@ def _domain(tool_names: list[str]) -> str:
 
 
 def build(where: Where, sample: dict, evalinfo: dict) -> ParsedTrajectory:
-    attachments = sample.get("attachments") if isinstance(sample.get("attachments"), dict) else {}
+    attachments = optional_dict(sample, "attachments")
     messages = get(sample, "messages", list, where)
     steps: list[ParsedStep] = []
     by_call: dict[str, ParsedStep] = {}
@@ -86,12 +87,12 @@ def build(where: Where, sample: dict, evalinfo: dict) -> ParsedTrajectory:
                 steps.append(step)
                 by_call[str(call.get("id", ""))] = step
         elif role == "tool":
-            step = by_call.get(str(msg.get("tool_call_id", "")))
-            if step is None:
+            answered = by_call.get(str(msg.get("tool_call_id", "")))
+            if answered is None:
                 raise at.fail("tool_call_id", "answers no earlier tool call")
-            step.observation = text
+            answered.observation = text
             if msg.get("error"):
-                step.meta["error"] = msg["error"]
+                answered.meta["error"] = msg["error"]
     tools = []
     for event in sample.get("events") or []:
         if isinstance(event, dict) and event.get("event") == "model" and event.get("tools"):
@@ -126,7 +127,7 @@ def parse(source: Source):
     if data.get("version") != 2:
         raise where.fail("version", "must be 2 (Inspect eval log v2)")
     samples = get(data, "samples", list, where)
-    evalinfo = data.get("eval") if isinstance(data.get("eval"), dict) else {}
+    evalinfo = optional_dict(data, "eval")
     for i, sample in enumerate(samples):
         yield build(where.sub(f"samples[{i}]"), sample, evalinfo)
         source.report((i + 1) / max(len(samples), 1))

@@ -22,6 +22,8 @@ from studio.importers.base import (
     Where,
     content_text,
     get,
+    optional_dict,
+    optional_list,
     shorten,
     tool_call_action,
 )
@@ -125,8 +127,8 @@ def build(where: Where, record: dict, messages: list) -> ParsedTrajectory:
                 dialogue.append({"role": role, "content": text})
             if role == "assistant" and text:
                 final_text = text
-    info = record.get("info") if isinstance(record.get("info"), dict) else {}
-    task = info.get("task") if isinstance(info.get("task"), dict) else {}
+    info = optional_dict(record, "info")
+    task = optional_dict(info, "task")
     instruction = task.get("instruction") or first_user
     metadata = {k: record[k] for k in ("task_id", "reward", "trial", "id", "model") if k in record}
     if task.get("user_id"):
@@ -143,7 +145,7 @@ def build(where: Where, record: dict, messages: list) -> ParsedTrajectory:
     return ParsedTrajectory(
         title=title + shorten(instruction or "chat with tool calls", 100),
         task_instruction=instruction,
-        tools=record.get("tools") if isinstance(record.get("tools"), list) else [],
+        tools=optional_list(record, "tools"),
         metadata=metadata,
         steps=steps,
     )

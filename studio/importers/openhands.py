@@ -19,6 +19,7 @@ from studio.importers.base import (
     Where,
     as_text,
     get,
+    optional_dict,
     shorten,
     tool_call_action,
 )
@@ -45,7 +46,7 @@ def sniff(kind: str, sample) -> bool:
 
 
 def render_action(event: dict) -> str:
-    args = event.get("args") if isinstance(event.get("args"), dict) else {}
+    args = optional_dict(event, "args")
     if event.get("action") == "run" and isinstance(args.get("command"), str):
         return args["command"]
     shown = {k: v for k, v in args.items() if k not in HIDDEN_ARGS}
@@ -60,7 +61,8 @@ def build(where: Where, events: list, row: dict, title: str) -> ParsedTrajectory
         if "observation" in event and event.get("cause") is not None:
             observations.setdefault(str(event["cause"]), event)
     steps: list[ParsedStep] = []
-    task = row.get("instruction") if isinstance(row.get("instruction"), str) else ""
+    instruction = row.get("instruction")
+    task = instruction if isinstance(instruction, str) else ""
     for i, event in enumerate(events):
         at = where.sub(f"[{i}]")
         action = event.get("action")
@@ -68,7 +70,7 @@ def build(where: Where, events: list, row: dict, title: str) -> ParsedTrajectory
             continue
         if not isinstance(action, str):
             raise at.fail("action", "must be a string")
-        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        args = optional_dict(event, "args")
         if event.get("source") == "user" and action == "message" and not task:
             task = as_text(args.get("content") or event.get("message"))
         if event.get("source") != "agent" or action in NOT_STEPS:
@@ -85,7 +87,7 @@ def build(where: Where, events: list, row: dict, title: str) -> ParsedTrajectory
         if obs is not None:
             observation = as_text(obs.get("content")) or as_text(obs.get("message"))
             meta["observation_type"] = obs.get("observation")
-            extras = obs.get("extras") if isinstance(obs.get("extras"), dict) else {}
+            extras = optional_dict(obs, "extras")
             exit_code = (extras.get("metadata") or {}).get("exit_code")
             if exit_code is not None:
                 meta["exit_code"] = exit_code
@@ -100,13 +102,13 @@ def build(where: Where, events: list, row: dict, title: str) -> ParsedTrajectory
     metadata = {}
     if row.get("instance_id"):
         metadata["instance_id"] = row["instance_id"]
-    meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
-    llm = meta.get("llm_config") if isinstance(meta.get("llm_config"), dict) else {}
+    run_meta = optional_dict(row, "metadata")
+    llm = optional_dict(run_meta, "llm_config")
     if llm.get("model"):
         metadata["model"] = llm["model"]
-    if meta.get("agent_class"):
-        metadata["agent_class"] = meta["agent_class"]
-    test_result = row.get("test_result") if isinstance(row.get("test_result"), dict) else {}
+    if run_meta.get("agent_class"):
+        metadata["agent_class"] = run_meta["agent_class"]
+    test_result = optional_dict(row, "test_result")
     if test_result.get("git_patch"):
         metadata["git_patch"] = test_result["git_patch"]
     if row.get("error"):

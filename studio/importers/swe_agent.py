@@ -24,6 +24,7 @@ from studio.importers.base import (
     as_text,
     content_text,
     get,
+    optional_dict,
     shorten,
 )
 
@@ -113,7 +114,7 @@ def build(source: Source, data: dict) -> ParsedTrajectory:
         steps = steps_from_trajectory(where, data["trajectory"])
     else:
         steps = steps_from_history(where, history)
-    info = data.get("info") if isinstance(data.get("info"), dict) else {}
+    info = optional_dict(data, "info")
     metadata = {k: info[k] for k in ("exit_status", "submission", "model_stats") if info.get(k)}
     environment = as_text(data.get("environment"))
     if environment:

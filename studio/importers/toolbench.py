@@ -20,6 +20,7 @@ from studio.importers.base import (
     as_text,
     content_text,
     get,
+    optional_list,
     shorten,
     tool_call_action,
 )
@@ -118,7 +119,7 @@ def build(source: Source, where: Where, data: dict) -> ParsedTrajectory:
     return ParsedTrajectory(
         title=f"{stem}: {shorten(query, 90)}" if stem else shorten(query, 100),
         task_instruction=query,
-        tools=answer.get("function") if isinstance(answer.get("function"), list) else [],
+        tools=optional_list(answer, "function"),
         metadata=metadata,
         steps=steps,
     )

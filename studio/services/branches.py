@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Max
 from django.urls import reverse
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -98,6 +98,7 @@ class TreeNode:
     status: str = ""
     starred: bool = False
     sample_index: int = 0
+    job_id: int | None = None
     # filled by layout_tree
     x: float = 0.0
     y: int = 0
@@ -171,6 +172,7 @@ def tree_nodes(trajectory: Trajectory) -> list[TreeNode]:
             "status",
             "starred",
             "sample_index",
+            "job_id",
         )
     )
     return [
@@ -184,9 +186,16 @@ def tree_nodes(trajectory: Trajectory) -> list[TreeNode]:
             status=r["status"],
             starred=r["starred"],
             sample_index=r["sample_index"],
+            job_id=r["job_id"],
         )
         for r in rows
     ]
+
+
+def plotly_text(value: str) -> str:
+    """Escape user text for Plotly's text/hover strings, which understand a few HTML-like
+    tags (<b>, <br>, <a>) and only a few named entities: neutralise tags, keep quotes."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def node_label(n: TreeNode) -> str:
@@ -230,7 +239,7 @@ def build_tree_figure(
     hover = [
         "<br>".join(
             [
-                f"<b>{escape(n.name)}</b> (branch {n.pk})",
+                f"<b>{plotly_text(n.name)}</b> (branch {n.pk})",
                 f"fork step: {n.fork_index if n.parent_id else 'root'}",
                 f"origin: {n.origin} · status: {n.status}",
                 f"steps: {n.total_steps} ({n.own_steps} own)",
@@ -240,7 +249,7 @@ def build_tree_figure(
         for n in nodes
     ]
     # An en space keeps each label clear of the marker drawn at the same point.
-    labels = ["\u2002" + escape(node_label(n)) for n in nodes]
+    labels = ["\u2002" + plotly_text(node_label(n)) for n in nodes]
     current = by_id.get(current_id) if current_id else None
     data: list[dict[str, Any]] = [
         {
@@ -308,7 +317,7 @@ def build_tree_figure(
                 "x": [current.x],
                 "y": [current.y],
                 "customdata": [f"{page}?branch={current.pk}"],
-                "hovertext": [f"current branch: {escape(current.name)}"],
+                "hovertext": [f"current branch: {plotly_text(current.name)}"],
                 "hoverinfo": "text",
                 "marker": {
                     "size": 20,
@@ -429,6 +438,10 @@ class Comparison:
     rows: list[CompareRow] = field(default_factory=list)
     shared_until: int = 0  # steps 0..shared_until-1 are the same Step rows in every branch
     recorded: Branch | None = None
+    start: int = 0  # the rows shown: start..start+len(rows)-1
+    prev_start: int | None = None
+    next_start: int | None = None
+    last: int = -1  # the highest step index in any selected branch
 
 
 def _owner(lineage: list[list[int]], index: int) -> int:
@@ -452,30 +465,49 @@ def shared_prefix_length(lineages: Iterable[list[list[int]]]) -> int:
     return 2**31 - 1  # identical lineages: everything is shared (fits an int column)
 
 
+# Rows of one compare page: diffs of long observations cost CPU; a 2,000-step replay pages.
+COMPARE_ROWS = 50
+
+
 def build_comparison(
-    trajectory: Trajectory, branches: list[Branch], *, diff: str = "words"
+    trajectory: Trajectory,
+    branches: list[Branch],
+    *,
+    diff: str = "words",
+    start: int | None = None,
+    limit: int = COMPARE_ROWS,
 ) -> Comparison:
-    """Branches step-aligned by index. Each observation is diffed against the recorded one
-    where the recorded branch has that step, else against the first selected branch's."""
+    """Branches step-aligned by index, `limit` rows from `start` (default: the first step
+    that is not shared by all). Each observation is diffed against the recorded one where the
+    recorded branch has that step, else against the first selected branch's."""
     differ = line_diff if diff == "lines" else word_diff
     recorded = Branch.objects.get(trajectory=trajectory, parent__isnull=True)
     lineages = [b.lineage or b.compute_lineage() for b in branches]
     shared = shared_prefix_length(lineages)
-    steps: dict[int, dict[int, Step]] = {}
-    for b in branches:
-        steps[b.pk] = {s.index: s for s in b.all_steps().filter(index__gte=shared)}
-    last = max((max(s) for s in steps.values() if s), default=-1)
+    ends = [b.all_steps().aggregate(last=Max("index"))["last"] for b in branches]
+    last = max((e for e in ends if e is not None), default=-1)
     if shared > last:
-        shared = max(0, last)  # all identical: show them anyway rather than nothing
-        for b in branches:
-            steps[b.pk] = {s.index: s for s in b.all_steps().filter(index__gte=shared)}
-    recorded_steps = {
-        s.index: s
-        for s in Step.objects.filter(branch=recorded, index__gte=shared, index__lte=max(last, 0))
+        shared = 0  # identical branches: show them rather than nothing
+    lo = shared if start is None else min(max(shared, start), max(last, shared))
+    hi = min(last, lo + limit - 1)
+    steps: dict[int, dict[int, Step]] = {
+        b.pk: {s.index: s for s in b.all_steps().filter(index__gte=lo, index__lte=hi)}
+        for b in branches
     }
-    comparison = Comparison(branches=branches, shared_until=shared, recorded=recorded)
+    recorded_steps = {
+        s.index: s for s in Step.objects.filter(branch=recorded, index__gte=lo, index__lte=hi)
+    }
+    comparison = Comparison(
+        branches=branches,
+        shared_until=shared,
+        recorded=recorded,
+        start=lo,
+        prev_start=max(shared, lo - limit) if lo > shared else None,
+        next_start=hi + 1 if hi < last else None,
+        last=last,
+    )
     first = branches[0]
-    for index in range(shared, last + 1):
+    for index in range(lo, hi + 1):
         ref_step = recorded_steps.get(index)
         ref_label = "recorded"
         if ref_step is None:
@@ -499,8 +531,3 @@ def build_comparison(
             CompareRow(index=index, cells=cells, has_recorded=index in recorded_steps)
         )
     return comparison
-
-
-def compare_url(trajectory: Trajectory, branch_ids: Iterable[int]) -> str:
-    query = "&".join(f"b={pk}" for pk in branch_ids)
-    return f"{reverse('branch_compare', args=[trajectory.pk])}?{query}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Field
 
 from studio.importers.base import ImportFailure, ParsedTrajectory
 from studio.importers.registry import (
@@ -93,8 +94,7 @@ def do_import_file(
         fallback = domain_from_path(Path(display_name) if display_name else path) or fallback
     for item in parsed:
         item.domain = domain or item.domain or fallback
-        if item.domain not in DOMAINS:
-            raise ImportFailure(f'{name}: "{item.title}" has unknown domain "{item.domain}"')
+        _known_domain(item, name)
     try:
         created, steps, skipped = _write(
             project, parsed, importer.NAME, name, user, _scaled(progress, 0.5, 0.5)
@@ -106,6 +106,13 @@ def do_import_file(
     if progress:
         progress(1.0)
     return ImportResult(created, steps, skipped, importer.NAME)
+
+
+def _known_domain(item: ParsedTrajectory, name: str) -> str:
+    """The trajectory's domain, once it is set and one the studio knows."""
+    if item.domain is None or item.domain not in DOMAINS:
+        raise ImportFailure(f'{name}: "{item.title}" has unknown domain "{item.domain}"')
+    return item.domain
 
 
 def _existing_keys(project, keys: list[str]) -> set[str]:
@@ -134,7 +141,7 @@ def _write(project, parsed: list[ParsedTrajectory], fmt: str, name: str, user, p
         [
             Trajectory(
                 project=project,
-                domain=item.domain,
+                domain=_known_domain(item, name),
                 title=item.title[:500] or "(untitled)",
                 task_instruction=item.task_instruction,
                 system_prompt=item.system_prompt,
@@ -204,12 +211,19 @@ def _flush(batch: list[Step], total: int, written: int, progress) -> int:
     return count
 
 
+def _column(field: Field) -> str:
+    # Concrete fields always have a column; the stubs allow None for the others.
+    if field.column is None:
+        raise TypeError(f"Step.{field.name} has no database column")
+    return field.column
+
+
 def _copy_steps(batch: list[Step]) -> None:
     """PostgreSQL COPY: about ten times the rows per second of a multi-row INSERT for
     steps with kilobytes of text (see scripts/bench_import.py). Values go through the
     fields' own pre_save/get_db_prep_save, as bulk_create would."""
     fields = [f for f in Step._meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    columns = ", ".join(connection.ops.quote_name(_column(f)) for f in fields)
     table = connection.ops.quote_name(Step._meta.db_table)
     with connection.cursor() as cursor:
         with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:

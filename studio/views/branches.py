@@ -58,6 +58,12 @@ def _back_url(request: HtmxHttpRequest, fallback: str) -> str:
     return fallback
 
 
+def _with_start(request: HtmxHttpRequest, start: int) -> str:
+    query = request.GET.copy()
+    query["start"] = str(start)
+    return f"{request.path}?{query.urlencode()}"
+
+
 def branch_tree(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
     """The Plotly tree of all branches plus a branch list to pick branches to compare. A
     fragment for the trajectory page (htmx) and a page of its own otherwise."""
@@ -100,10 +106,21 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
     asked = any(key in request.GET for key in ("b", "fork"))
     form = CompareForm(request.GET if asked else None, branches=branches)
     comparison = None
+    page_urls: dict[str, str] = {}
     diff = "words"
     if asked and form.is_valid():
         diff = form.cleaned_data.get("diff") or "words"
-        comparison = build_comparison(trajectory, form.cleaned_data["selected"], diff=diff)
+        comparison = build_comparison(
+            trajectory, form.cleaned_data["selected"], diff=diff, start=form.cleaned_data["start"]
+        )
+        page_urls = {
+            key: _with_start(request, value)
+            for key, value in (
+                ("prev_url", comparison.prev_start),
+                ("next_url", comparison.next_start),
+            )
+            if value is not None
+        }
     return render(
         request,
         "branches/compare.html",
@@ -116,6 +133,7 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
             "branches": branches,
             "selected_ids": [b.pk for b in comparison.branches] if comparison else [],
             "diff": diff,
+            **page_urls,
         },
         status=400 if asked and comparison is None else 200,
     )

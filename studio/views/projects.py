@@ -7,16 +7,16 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_http_methods
 
-from studio.access import get_project_for_user
+from studio.access import get_project_for_user, signed_in_user
 from studio.forms.projects import MemberForm, ProjectForm
 from studio.http import HtmxHttpRequest
-from studio.models import Membership, Project, Role
+from studio.models import Membership, Role
 from studio.services.projects import do_create_project
 
 
 def project_list(request: HtmxHttpRequest) -> HttpResponse:
     memberships = (
-        Membership.objects.filter(user=request.user)
+        Membership.objects.filter(user=signed_in_user(request))
         .select_related("project")
         .annotate(n_trajectories=Count("project__trajectories"))
         .order_by("project__name")
@@ -30,16 +30,17 @@ def project_list(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_http_methods(["POST"])
 def project_create(request: HtmxHttpRequest) -> HttpResponse:
+    user = signed_in_user(request)
     form = ProjectForm(request.POST)
     if not form.is_valid():
-        memberships = Membership.objects.filter(user=request.user).select_related("project")
+        memberships = Membership.objects.filter(user=user).select_related("project")
         return render(
             request, "projects/list.html", {"memberships": memberships, "form": form}, status=400
         )
     project = do_create_project(
         name=form.cleaned_data["name"],
         description=form.cleaned_data["description"],
-        owner=request.user,
+        owner=user,
     )
     messages.success(request, f"Created project {project.name}.")
     return redirect("library", project_id=project.pk)
@@ -70,7 +71,6 @@ def project_members(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         },
         status=400 if form.errors else 200,
     )
-
 
 
 urlpatterns = [

@@ -8,7 +8,7 @@ from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.urls import path, reverse
+from django.urls import path
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
@@ -16,11 +16,9 @@ from django_htmx.http import HttpResponseStopPolling
 from studio.access import get_branch_for_user, get_simulation_job_for_user
 from studio.forms.branching import ACTION_SNIPPETS, SimulateForm, pretty_json_or_none
 from studio.http import HtmxHttpRequest
-from studio.models import Branch, JobStatus, SimulationJob, Step
-from studio.models.trajectories import BranchStatus, ParseStatus
+from studio.models import JobStatus, SimulationJob, Step
+from studio.models.trajectories import ParseStatus
 from studio.services import job_runtime, simulation
-
-ACTIVE_BRANCH_STATUSES = (BranchStatus.QUEUED, BranchStatus.RUNNING)
 
 
 @require_http_methods(["GET", "POST"])
@@ -139,8 +137,9 @@ def _job_context(job: SimulationJob, membership) -> dict:
                 "progress": b.progress or {},
             }
         )
-    active = any(b.status in ACTIVE_BRANCH_STATUSES for b in branches)
-    done = job.is_finished and not active
+    # The worker settles every branch before it marks the job finished, so the job's status
+    # alone says when to stop polling (a stray branch row never keeps the page polling).
+    done = job.is_finished
     counts: dict[str, int] = {}
     for b in branches:
         counts[b.status] = counts.get(b.status, 0) + 1
@@ -208,10 +207,6 @@ def simulation_job_retry(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         request, f"Retrying job {job.pk} as job {new_job.pk}; the old branches are kept."
     )
     return redirect("simulation_job", job_id=new_job.pk)
-
-
-def branch_fork_url(branch: Branch, index: int) -> str:
-    return reverse("branch_fork", args=[branch.pk, index])
 
 
 urlpatterns = [

@@ -41,7 +41,7 @@ class Command(BaseCommand):
         parser.add_argument("--format", dest="fmt", choices=list_formats(), help="force a format")
         parser.add_argument("--domain", choices=DOMAINS, help="force the domain")
 
-    def handle(self, *args, paths, project, fmt=None, domain=None, **options):
+    def handle(self, *args, paths, project, fmt=None, domain=None, **options) -> None:
         files = expand(paths)
         if not files:
             raise CommandError("no trajectory files found (.json, .jsonl, .traj)")
