@@ -346,6 +346,12 @@ def readable_error(exc: BaseException, job: SimulationJob) -> str:
     return f"Simulation failed ({type(exc).__name__}): {exc}"
 
 
+def storable(text: str) -> str:
+    """Model text as the database can hold it: byte-level tokenizers can decode a NUL byte,
+    which PostgreSQL rejects in text and JSON columns; show it as U+FFFD instead."""
+    return text.replace("\x00", "\ufffd")
+
+
 class SimulationRun:
     def __init__(self, job: SimulationJob):
         self.job = job
@@ -489,7 +495,7 @@ class SimulationRun:
             "phase": phase,
             "tokens_out": tokens_out,
             "tokens_per_s": tps,
-            "text": text[-PROGRESS_TEXT_CHARS:],
+            "text": storable(text[-PROGRESS_TEXT_CHARS:]),
             "step": sample.steps_done,
         }
 
@@ -545,6 +551,7 @@ class SimulationRun:
         decode = max((c.decode_s for c in completions), default=0.0)
         self.totals.decode_s += decode if decode > 0 else wall
         for sample, current, completion in zip(samples, currents, completions, strict=True):
+            completion.text = storable(completion.text)
             self.totals.tokens_in += completion.tokens_in
             self.totals.tokens_out += completion.tokens_out
             if completion.finish_reason == "cancelled":
