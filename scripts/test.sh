@@ -19,4 +19,5 @@ fi
 export DEBUG=${DEBUG:-1}
 .venv/bin/ruff check studio inference tests
 .venv/bin/ruff format --check studio inference tests
+.venv/bin/mypy studio inference
 .venv/bin/python -m pytest "$@"

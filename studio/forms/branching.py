@@ -204,7 +204,7 @@ class SimulateForm(forms.Form):
 
     # -- the whole form -------------------------------------------------------------------
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         self._clean_action(data)
         self._clean_mode(data)
         self._clean_backend(data)
@@ -222,7 +222,9 @@ class SimulateForm(forms.Form):
                 value = json.loads(action)
             except ValueError as exc:
                 where = (
-                    f" at line {exc.lineno}, column {exc.colno}" if hasattr(exc, "lineno") else ""
+                    f" at line {exc.lineno}, column {exc.colno}"
+                    if isinstance(exc, json.JSONDecodeError)
+                    else ""
                 )
                 hint = " (choose 'Free text' if this action is not JSON)" if kind == "auto" else ""
                 msg = getattr(exc, "msg", str(exc))
@@ -341,7 +343,7 @@ class CompareForm(forms.Form):
         self.fields["b"].choices = [(b.pk, b.name) for b in branches]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         fork, at, picked = data.get("fork"), data.get("at"), data.get("b") or []
         if self.errors:
             return data

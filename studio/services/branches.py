@@ -144,7 +144,7 @@ def layout_tree(nodes: Sequence[TreeNode]) -> list[TreeNode]:
     return ordered
 
 
-STATUS_COLORS = {
+STATUS_COLORS: dict[str, str] = {
     BranchStatus.READY: "#3b5bdb",
     BranchStatus.SUCCEEDED: "#2b8a3e",
     BranchStatus.QUEUED: "#b7791f",
@@ -332,7 +332,7 @@ def build_tree_figure(
     # ~22 px a row while labels show; denser rows for big trees (the plot div scrolls).
     row_px = 22 if len(nodes) <= LABEL_LIMIT else 14
     height = max(220, 60 + row_px * len(nodes))
-    layout = {
+    layout: dict[str, Any] = {
         "height": height,
         "margin": {
             "l": 20,

@@ -41,7 +41,7 @@ def _current_branch_id(request: HtmxHttpRequest) -> int | None:
     current = _int_or_none(request.GET.get("branch"))
     if current is None and request.htmx and request.htmx.current_url:
         query = parse_qs(urlparse(request.htmx.current_url).query)
-        current = _int_or_none((query.get("branch") or [None])[0])
+        current = _int_or_none((query.get("branch") or [""])[0])
     return current
 
 
@@ -148,7 +148,7 @@ def branch_rename(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         do_rename_branch(branch, form.cleaned_data["name"])
         messages.success(request, f"Renamed branch {old!r} to {branch.name!r}.")
     else:
-        messages.error(request, f"Branch not renamed: {' '.join(form.errors['name'])}")
+        messages.error(request, f"Branch not renamed: {' '.join(str(e) for e in form.errors['name'])}")
     return redirect(_back_url(request, branch_page_url(branch)))
 
 
