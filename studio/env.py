@@ -29,7 +29,9 @@ def env_bool(name: str, default: bool) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise ConfigError(f"{name}={raw!r} is not a boolean (use one of 1/0, true/false, yes/no, on/off)")
+    raise ConfigError(
+        f"{name}={raw!r} is not a boolean (use one of 1/0, true/false, yes/no, on/off)"
+    )
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
@@ -108,7 +110,9 @@ def choose_broker(redis_url: str | None, data_dir: str) -> tuple[str, dict, str]
         return _filesystem_broker(data_dir, "STUDIO_BROKER=filesystem")
     if redis_url:
         if not redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"REDIS_URL={redis_url!r} must start with redis://, rediss:// or unix://")
+            raise ConfigError(
+                f"REDIS_URL={redis_url!r} must start with redis://, rediss:// or unix://"
+            )
         return redis_url, {}, f"Redis at {redis_url} (REDIS_URL)"
     if redis_answers():
         return "redis://127.0.0.1:6379/0", {}, "local Redis at 127.0.0.1:6379 (answered a PING)"

@@ -24,7 +24,9 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY") or ""
 if not SECRET_KEY:
     if not DEBUG:
-        raise ConfigError("SECRET_KEY must be set when DEBUG is off (export SECRET_KEY=... or DEBUG=1)")
+        raise ConfigError(
+            "SECRET_KEY must be set when DEBUG is off (export SECRET_KEY=... or DEBUG=1)"
+        )
     SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"
 
 ALLOWED_HOSTS = env_list(
@@ -156,7 +158,9 @@ STUDIO_QUEUE_PREFIX = env_str("STUDIO_QUEUE_PREFIX", "") or ""
 # works offline with no model, so the demo always runs.
 WORLD_MODEL_BACKEND = env_str("WORLD_MODEL_BACKEND", "retrieval") or "retrieval"
 if WORLD_MODEL_BACKEND not in {"retrieval", "openai", "hf"}:
-    raise ConfigError(f"WORLD_MODEL_BACKEND={WORLD_MODEL_BACKEND!r} must be retrieval, openai or hf")
+    raise ConfigError(
+        f"WORLD_MODEL_BACKEND={WORLD_MODEL_BACKEND!r} must be retrieval, openai or hf"
+    )
 WORLD_MODEL_BASE_URL = env_str("WORLD_MODEL_BASE_URL", "") or ""
 WORLD_MODEL_NAME = env_str("WORLD_MODEL_NAME", "Qwen/Qwen-AgentWorld-35B-A3B") or ""
 WORLD_MODEL_API_KEY = env_str("WORLD_MODEL_API_KEY", "EMPTY") or "EMPTY"

@@ -23,7 +23,9 @@ def test_members_page_of_foreign_project_is_404(outsider_client, project):
 
 
 def test_create_project_makes_creator_admin(researcher_client, project):
-    response = researcher_client.post(reverse("project_create"), {"name": "Fresh", "description": ""})
+    response = researcher_client.post(
+        reverse("project_create"), {"name": "Fresh", "description": ""}
+    )
     assert response.status_code == 302
     m = Membership.objects.get(project__name="Fresh")
     assert m.user == project.users["researcher"] and m.role == Role.ADMIN
@@ -58,7 +60,9 @@ def _tree(project):
     Step.objects.bulk_create(
         Step(branch=root, index=i, action=f"a{i}", observation=f"o{i}") for i in range(10)
     )
-    child = Branch.objects.create(trajectory=traj, parent=root, fork_index=4, name="c", origin="simulated")
+    child = Branch.objects.create(
+        trajectory=traj, parent=root, fork_index=4, name="c", origin="simulated"
+    )
     Step.objects.bulk_create(
         Step(branch=child, index=i, action=f"c{i}", observation=f"co{i}") for i in range(4, 7)
     )
@@ -76,7 +80,15 @@ def test_branch_steps_inherit_parent_prefix(project):
     assert [s.action for s in root.all_steps()] == [f"a{i}" for i in range(10)]
     assert [s.action for s in child.all_steps()] == ["a0", "a1", "a2", "a3", "c4", "c5", "c6"]
     assert [s.action for s in grandchild.all_steps()] == [
-        "a0", "a1", "a2", "a3", "c4", "c5", "g6", "g7", "g8"
+        "a0",
+        "a1",
+        "a2",
+        "a3",
+        "c4",
+        "c5",
+        "g6",
+        "g7",
+        "g8",
     ]
 
 

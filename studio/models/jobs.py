@@ -58,6 +58,9 @@ class ImportJob(JobBase):
     class Meta:
         ordering = ["-created_at"]
 
+    def __str__(self) -> str:
+        return f"import of {self.original_name} ({self.status})"
+
 
 class SimulationMode(models.TextChoices):
     NEXT = "next", "Next observation only"
@@ -106,3 +109,6 @@ class SimulationJob(JobBase):
 
     class Meta:
         ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"simulation {self.pk} of {self.trajectory_id} at step {self.fork_index} ({self.status})"

@@ -148,7 +148,9 @@ def branch_rename(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         do_rename_branch(branch, form.cleaned_data["name"])
         messages.success(request, f"Renamed branch {old!r} to {branch.name!r}.")
     else:
-        messages.error(request, f"Branch not renamed: {' '.join(str(e) for e in form.errors['name'])}")
+        messages.error(
+            request, f"Branch not renamed: {' '.join(str(e) for e in form.errors['name'])}"
+        )
     return redirect(_back_url(request, branch_page_url(branch)))
 
 
