@@ -242,6 +242,17 @@ def test_tree_fragment_has_a_node_per_branch_and_highlights_current(researcher_c
     assert "#c92a2a" in nodes["marker"]["color"] and "diamond" in nodes["marker"]["symbol"]
 
 
+def test_tree_fragment_of_a_lone_recorded_branch_explains_instead_of_plotting(
+    researcher_client, traj
+):
+    t, _root = traj
+    url = reverse("branch_tree", args=[t.pk])
+    html = researcher_client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert "Only the recorded branch so far" in html and "branch-tree-plot" not in html
+    # the full tree page still draws the single node
+    assert "branch-tree-plot" in researcher_client.get(url).content.decode()
+
+
 def test_tree_page_labels_and_escapes(researcher_client, traj):
     t, root = traj
     make_child(root, 1, ["x"], name="<script>alert(1)</script>")

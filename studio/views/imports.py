@@ -16,6 +16,9 @@ from studio.models import ImportJob
 from studio.services.import_jobs import do_start_import_job
 from studio.services.job_runtime import reap_stale_jobs
 
+# htmx event sent when an import starts or ends; the upload page's "Recent imports" listens.
+IMPORTS_CHANGED = "importsChanged"
+
 
 @require_http_methods(["GET", "POST"])
 def import_upload(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
@@ -35,6 +38,7 @@ def import_upload(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
                     request, "imports/job.html#job-status", {"job": job, "project": project}
                 )
                 response["HX-Push-Url"] = reverse("import_job", args=[job.pk])
+                response["HX-Trigger"] = IMPORTS_CHANGED
                 return response
             return redirect("import_job", job_id=job.pk)
     else:
@@ -45,7 +49,10 @@ def import_upload(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         "form": form,
         "recent_jobs": project.import_jobs.select_related("requester")[:10],
     }
-    template = "imports/upload.html#upload-form" if request.htmx else "imports/upload.html"
+    template = "imports/upload.html"
+    if request.htmx:
+        part = "recent-imports" if request.GET.get("part") == "recent" else "upload-form"
+        template = f"imports/upload.html#{part}"
     return render(request, template, context, status=400 if form.errors else 200)
 
 
@@ -60,7 +67,9 @@ def import_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     if request.htmx:
         html = render_to_string("imports/job.html#job-status", context, request=request)
         if job.is_finished:
-            return HttpResponseStopPolling(html)
+            response = HttpResponseStopPolling(html)
+            response["HX-Trigger"] = IMPORTS_CHANGED  # the upload page refreshes its list
+            return response
         return HttpResponse(html)
     return render(request, "imports/job.html", context)
 
