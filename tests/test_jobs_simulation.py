@@ -60,6 +60,7 @@ def test_retrieval_next_observation_succeeds_with_timings(project, default_worke
     assert observations[0] == "flask==3.0.2\ngunicorn==22.0.0"
     assert len(set(observations)) == 3
     assert job.tokens_out == sum(s.timings["tokens_out"] for c in children for s in c.steps.all())
+    assert job.tokens_per_s is None  # no decoding rate for a non-neural baseline
 
 
 @pytest.mark.worker

@@ -619,7 +619,7 @@ class SimulationRun:
         self.monitor.set_job(**self.job_counters())
 
     def backend_is_neural(self) -> bool:
-        return bool(getattr(self.backend, "is_neural", True))
+        return bool(getattr(getattr(self, "backend", None), "is_neural", True))
 
     def job_counters(self) -> dict:
         t = self.totals
@@ -629,7 +629,11 @@ class SimulationRun:
             "decode_s": round(t.decode_s, 4),
             "tokens_in": t.tokens_in,
             "tokens_out": t.tokens_out,
-            "tokens_per_s": round(t.tokens_out / t.decode_s, 2) if t.decode_s > 0 else None,
+            # A rate only means something for a model that decodes: the retrieval baseline
+            # "decodes" in microseconds and would show absurd figures.
+            "tokens_per_s": round(t.tokens_out / t.decode_s, 2)
+            if t.decode_s > 0 and self.backend_is_neural()
+            else None,
         }
 
     def complete(self, sample: Sample) -> None:
