@@ -39,8 +39,10 @@ def domain_of(row: dict) -> str:
     return str(row.get("task", "") or "unknown").rsplit("/", 1)[-1]
 
 
-def row_key(row: dict) -> tuple[str, int]:
-    return (str(row.get("id")), int(row.get("turn_idx", 0)))
+def row_key(row: dict) -> tuple[str, str, int]:
+    """A row's identity: ids are only known to be unique within one domain's file, so the
+    domain is part of the key (else resuming over a directory skips rows of other domains)."""
+    return (domain_of(row), str(row.get("id")), int(row.get("turn_idx", 0)))
 
 
 def validate_row(row: object, where: str) -> dict:
@@ -75,9 +77,9 @@ def read_rows(files: Iterable[Path]) -> list[dict]:
     return rows
 
 
-def read_jsonl_keys(path: Path) -> set[tuple[str, int]]:
+def read_jsonl_keys(path: Path) -> set[tuple[str, str, int]]:
     """Keys of the complete lines already written (a torn last line is ignored and redone)."""
-    done: set[tuple[str, int]] = set()
+    done: set[tuple[str, str, int]] = set()
     if not path.exists():
         return done
     with open(path, encoding="utf-8") as fh:
@@ -147,19 +149,22 @@ def run_concurrently(
     stats = RunStats(total=len(rows), skipped=len(rows) - len(todo))
     writer = JsonlWriter(out_path)
     bar = tqdm(total=len(rows), initial=stats.skipped, desc=desc, disable=not show_progress)
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
-        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            futures = {pool.submit(work, row): row for row in todo}
-            for future in as_completed(futures):
-                row = futures[future]
-                try:
-                    writer.write(future.result())
-                    stats.written += 1
-                except Exception as exc:  # noqa: BLE001 - reported per row, the run goes on
-                    stats.failed += 1
-                    stats.errors.append(f"id={row.get('id')} turn_idx={row.get('turn_idx')}: {exc}")
-                bar.update(1)
+        futures = {pool.submit(work, row): row for row in todo}
+        for future in as_completed(futures):
+            row = futures[future]
+            try:
+                writer.write(future.result())
+                stats.written += 1
+            except Exception as exc:  # noqa: BLE001 - reported per row, the run goes on
+                stats.failed += 1
+                stats.errors.append(f"id={row.get('id')} turn_idx={row.get('turn_idx')}: {exc}")
+            bar.update(1)
     finally:
+        # On Ctrl-C (or any error escaping the loop) drop the rows not started yet instead of
+        # computing them all and throwing the results away; a rerun resumes them.
+        pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
         writer.close()
     return stats
@@ -226,10 +231,12 @@ class LeaveOneOutRetrieval:
         from inference.backends.retrieval import MODEL_NAME, query_of
 
         self.model = MODEL_NAME
-        self._entries: list[tuple[str, str, str, str]] = []  # (id, domain, action, observation)
-        seen: set[tuple[str, int]] = set()
+        # (trajectory, domain, action, observation); a trajectory is (domain, id): ids are only
+        # unique within one domain's file
+        self._entries: list[tuple[tuple[str, str], str, str, str]] = []
+        seen: set[tuple[tuple[str, str], int]] = set()
         for row in rows:
-            tid = str(row["id"])
+            tid = (domain_of(row), str(row["id"]))
             for i, (prompt, response) in enumerate(
                 zip(row["prompt"], row["response"], strict=False)
             ):
@@ -241,13 +248,14 @@ class LeaveOneOutRetrieval:
                     observation = observation[len(OBSERVATION_MARKER) :].strip()
                 action = query_of([{"role": "user", "content": str(prompt)}])
                 self._entries.append((tid, domain_of(row), action, observation))
-        self._cache: dict[str, object] = {}
+        self._cache: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
 
     def for_row(self, row: dict):
         from inference.backends.retrieval import RetrievalBackend
 
-        tid, domain = str(row["id"]), domain_of(row)
+        domain = domain_of(row)
+        tid = (domain, str(row["id"]))
         with self._lock:
             if tid not in self._cache:
                 others = [(d, a, o) for t, d, a, o in self._entries if t != tid]

@@ -271,3 +271,62 @@ def test_infer_with_the_tiny_model_in_process(tmp_path):
     assert "predicted 2 rows" in stdout.getvalue()
     rows = read_jsonl(out)
     assert len(rows) == 2 and all(r["gen"] and "predicted_observation" in r for r in rows)
+
+
+def awb_row(task: str, row_id: str, turn_idx: int = 1) -> dict:
+    prompts = [f"### Turn {i}\n\n**Action:**\n{task} action {i}" for i in range(1, 3)]
+    responses = [f"**Environment Observation:**\n{task} observation {i}" for i in range(1, 3)]
+    return {
+        "task": task, "id": row_id, "prompt": prompts, "response": responses,
+        "system_str": f"world model of {task}", "turn_idx": turn_idx, "total_turns": 2,
+    }  # fmt: skip
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_resume_does_not_skip_rows_of_another_domain_with_the_same_id(tmp_path):
+    # ids are per domain file: mcp row "7" and terminal row "7" are different rows
+    data = tmp_path / "data"
+    data.mkdir()
+    mcp = write_jsonl(data / "mcp_test.jsonl", [awb_row("mcp", "7")])
+    write_jsonl(data / "terminal_test.jsonl", [awb_row("terminal", "7")])
+    out = tmp_path / "pred.jsonl"
+    with fake_openai_server() as srv:
+        infer(out, srv.base_url, data=mcp)  # a first run over one file...
+        assert "predicted 1 rows, skipped 1" in infer(out, srv.base_url, data=data)  # resumed
+    assert sorted(r["task"] for r in read_jsonl(out)) == ["mcp", "terminal"]
+
+
+def test_leave_one_out_retrieval_keeps_same_id_trajectories_of_other_domains(tmp_path):
+    from inference.awb_runner import LeaveOneOutRetrieval, run_infer
+
+    rows = [awb_row("mcp", "7"), awb_row("terminal", "7")]
+    out = tmp_path / "pred.jsonl"
+    stats = run_infer(rows, LeaveOneOutRetrieval(rows), out, show_progress=False)
+    assert (stats.written, stats.failed) == (2, 0), stats.errors
+    by_task = {r["task"]: r["predicted_observation"] for r in read_jsonl(out)}
+    # each domain has one trajectory: it borrows from the other domain, never from itself
+    assert by_task["mcp"].startswith("terminal observation")
+    assert by_task["terminal"].startswith("mcp observation")
+
+
+def test_interrupted_run_does_not_compute_the_remaining_rows(tmp_path):
+    from inference.awb_runner import run_concurrently
+
+    calls = []
+
+    def work(row):
+        calls.append(row["id"])
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # Ctrl-C while the first row runs
+        return row
+
+    rows = [awb_row("mcp", str(i)) for i in range(8)]
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_concurrently(rows, work, out, concurrency=1, desc="t", show_progress=False)
+    assert len(calls) <= 2  # the rows not started are dropped, not run and thrown away
+    assert not out.read_text()

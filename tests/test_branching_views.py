@@ -492,3 +492,66 @@ def test_compare_pages_long_branches(researcher_client, project):
     last = researcher_client.get(url + "&start=120").content.decode()
     assert last.count('id="compare-step-') == 10 and 'id="compare-next"' not in last
     assert researcher_client.get(url + "&start=-1").status_code == 400
+
+
+def test_compare_past_the_shorter_first_column_diffs_the_others_against_each_other(
+    researcher_client, traj
+):
+    """Where neither the recorded branch nor the first column has a step, the next branch
+    that has one is the reference: the others are diffed against it, not left undiffed."""
+    t, root = traj  # recorded: steps 0-4
+    short = make_child(root, 2, ["short"], name="S")  # steps 2 only
+    a = make_child(root, 2, ["a2", "a3", "a4", "alpha six", "alpha seven"], name="A")
+    b = make_child(root, 2, ["b2", "b3", "b4", "alpha 6", "beta seven"], name="B")
+    url = reverse("branch_compare", args=[t.pk]) + f"?b={short.pk}&b={a.pk}&b={b.pk}"
+    html = researcher_client.get(url).content.decode()
+    row6 = html.split('id="compare-step-6"')[1]
+    cells = row6.split('<td class="compare-cell')[1:4]
+    assert "no step 6" in cells[0]
+    assert "· reference" in cells[1]  # A is what B is compared with here
+    assert "vs A" in cells[2] and "<del>alpha</del><ins>beta</ins> seven" in cells[2]
+
+
+def test_tree_fragment_on_the_default_page_highlights_the_recorded_branch(researcher_client, traj):
+    """The trajectory page without `?branch=` shows the recorded branch, so its tree fragment
+    marks that branch as current (and the full-tree link keeps it)."""
+    t, root = traj
+    make_child(root, 2, ["x"], name="alpha")
+    html = researcher_client.get(
+        reverse("branch_tree", args=[t.pk]),
+        headers={"HX-Request": "true", "HX-Current-URL": f"http://testserver/trajectories/{t.pk}/"},
+    ).content.decode()
+    fig = figure_of(html, t.pk)
+    assert fig["meta"]["current"] == root.pk
+    assert any(tr["name"] == "current" for tr in fig["data"])
+    assert f'<tr class="current" data-branch-id="{root.pk}">' in html
+    assert f"{reverse('branch_tree', args=[t.pk])}?branch={root.pk}" in html
+
+
+def test_job_page_describes_replay_and_rollout_lengths(researcher_client, traj):
+    """Replay re-simulates every later recorded step (its max_steps is a placeholder 1): the
+    page must not say "up to 1 step" there; a rollout shows its step budget."""
+    t, root = traj
+    replay = make_job(root, 1, n=1, status="succeeded")
+    SimulationJob.objects.filter(pk=replay.pk).update(mode="replay", max_steps=1)
+    make_child(root, 1, ["a", "b", "c", "d"], job=replay, name="replayed")
+    html = researcher_client.get(reverse("simulation_job", args=[replay.pk])).content.decode()
+    assert "up to 1 step" not in html and "every later recorded step" in html
+    rollout = make_job(root, 1, n=1, status="succeeded")
+    SimulationJob.objects.filter(pk=rollout.pk).update(mode="rollout", max_steps=7)
+    html = researcher_client.get(reverse("simulation_job", args=[rollout.pk])).content.decode()
+    assert "up to 7 steps" in html
+
+
+def test_job_of_one_future_compares_it_with_its_parent(researcher_client, traj):
+    """N=1: "all futures at the fork" can be that single branch (a one-column compare); the
+    link compares it with the branch it forked from instead."""
+    t, root = traj
+    job = make_job(root, 2, n=1, status="succeeded")
+    child = make_child(root, 2, ["other"], job=job, name="only one")
+    html = researcher_client.get(reverse("simulation_job", args=[job.pk])).content.decode()
+    link = re.search(r'id="job-compare" href="([^"]+)"', html).group(1).replace("&amp;", "&")
+    assert link == reverse("branch_compare", args=[t.pk]) + f"?b={root.pk}&b={child.pk}"
+    compare = researcher_client.get(link)
+    assert compare.status_code == 200
+    assert compare.content.decode().count("<th data-branch-id=") == 2

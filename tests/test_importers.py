@@ -254,6 +254,7 @@ def test_command_reports_bad_file(db, tmp_path):
             stdout=StringIO(),
         )
     assert not Trajectory.objects.exists()
+    assert not Project.objects.filter(name="P").exists()  # no empty project left behind
     # in a batch, the good files are imported and each bad one is reported
     shutil.copy(FIXTURES / "awb_bad_json.jsonl", tmp_path / "bad.jsonl")
     shutil.copy(FIXTURES / "native_sample.json", tmp_path / "good.json")
@@ -266,6 +267,10 @@ def test_command_reports_bad_file(db, tmp_path):
     )
     assert out.getvalue().strip() == "imported 2 trajectories, 3 steps"
     assert Trajectory.objects.count() == 2
+    # a project that existed before stays, even when its only file fails
+    with pytest.raises(CommandError):
+        call_command("import_trajectories", str(tmp_path / "bad.jsonl"), project="P")
+    assert Project.objects.get(name="P").trajectories.count() == 2
 
 
 def test_command_exit_code_in_a_real_process(transactional_db):
@@ -402,3 +407,118 @@ def test_jsonl_with_one_message_per_line_is_one_conversation(project, tmp_path):
         2,
     )
     assert json.loads(steps_of(Trajectory.objects.get())[1].action)["name"] == "update_event"
+
+
+def awb_row(row_id, response: str, task: str = "terminal") -> dict:
+    return {
+        "task": task,
+        "id": row_id,
+        "prompt": ["### Turn 1\n\n**Action:**\n```bash\nhead -c 8 /bin/true\n```"],
+        "response": [response],
+        "system_str": "sys",
+        "turn_idx": 1,
+        "total_turns": 1,
+    }
+
+
+def test_nul_and_lone_surrogates_are_stored_not_crashed_on(project, tmp_path):
+    """Terminal output of a binary file holds NUL characters, and a JSON escape can leave half
+    a surrogate pair: PostgreSQL text/jsonb and UTF-8 refuse both, so they are replaced."""
+    path = tmp_path / "binary.jsonl"
+    nul = awb_row("nul", "**Environment Observation:**\n\x7fELF\x02\x01\x01\x00\x00 end")
+    half = json.dumps(awb_row("half", "**Environment Observation:**\nbad XX half"))
+    path.write_text(json.dumps(nul) + "\n" + half.replace("XX", "\\ud800") + "\n")
+    result = do_import_file(project=project, path=path)
+    assert (result.trajectories_created, result.steps_created) == (2, 2)
+    by_id = {t.metadata["agentworldbench"]["ids"][0]: t for t in Trajectory.objects.all()}
+    step = steps_of(by_id["nul"])[0]
+    assert step.observation == "\x7fELF\x02\x01\x01\u2400\u2400 end"
+    assert step.meta["raw_response"].endswith("\u2400\u2400 end")
+    assert steps_of(by_id["half"])[0].observation == "bad \ufffd half"
+    again = do_import_file(project=project, path=path)
+    assert (again.trajectories_created, again.trajectories_skipped) == (0, 2)
+
+
+def test_forced_domain_wins_over_an_unknown_agentworldbench_task(project, tmp_path):
+    path = tmp_path / "desktop.jsonl"
+    rows = [awb_row(i, "**Environment Observation:**\nok", task="bench/desktop") for i in (1, 2)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ImportFailure) as err:
+        do_import_file(project=project, path=path)
+    assert str(err.value).startswith(
+        'desktop.jsonl line 1: field "task" names no known domain ("desktop")'
+    )
+    assert not Trajectory.objects.exists()
+    result = do_import_file(project=project, path=path, domain="os")
+    assert result.trajectories_created == 1
+    assert Trajectory.objects.get().domain == "os"
+
+
+def test_chat_jsonl_is_decoded_once(project, monkeypatch):
+    """A JSONL of conversations is read in one pass (plus its first line for detection), not
+    held whole in memory and then decoded a second time."""
+    from studio.importers.base import Source
+
+    decoded = []
+    real_lines = Source.lines
+
+    def counted(self):
+        for number, record in real_lines(self):
+            decoded.append(number)
+            yield number, record
+
+    monkeypatch.setattr(Source, "lines", counted)
+    lines = (FIXTURES / "chat_tools.jsonl").read_text().splitlines()
+    result = do_import_file(project=project, path=FIXTURES / "chat_tools.jsonl")
+    assert result.trajectories_created == len(lines) > 1
+    assert len(decoded) <= len(lines) + 1
+
+
+def test_jsonl_of_messages_names_the_line_of_a_bad_message(project, tmp_path):
+    path = tmp_path / "perline.jsonl"
+    path.write_text(
+        '{"role": "user", "content": "hi"}\n\n'
+        '{"role": "assistant", "tool_calls": [{"id": "a", "function": {"arguments": "{}"}}]}\n'
+        '{"role": "tool", "tool_call_id": "a", "content": "x"}\n'
+    )
+    with pytest.raises(ImportFailure) as err:
+        do_import_file(project=project, path=path)
+    assert str(err.value) == (
+        'perline.jsonl line 3 at tool_calls[0].function: field "name" is missing'
+    )
+
+
+def test_agentworldbench_labels_inside_a_code_block_stay_in_the_action(project, tmp_path):
+    """A command that writes markdown holds lines like `**Current State:**`: inside the
+    fenced block they are the action's text, not a new section of the prompt."""
+    action = (
+        "```bash\ncat > NOTES.md <<'EOF'\n**Current State:** draft\n**Action:** none yet\nEOF\n```"
+    )
+    row = awb_row("notes", "**Environment Observation:**\n")
+    row["prompt"] = [f"### Turn 1\n\n**Current State:** cwd=/srv\n\n**Action:**\n{action}"]
+    path = tmp_path / "notes.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    do_import_file(project=project, path=path)
+    step = steps_of(Trajectory.objects.get())[0]
+    assert (step.state, step.action, step.observation) == ("cwd=/srv", action, "")
+
+
+def test_root_lineage_is_set_without_a_case_per_branch(project, tmp_path):
+    """Many small trajectories (a FireAct or tau-bench dump): the roots' lineage is filled by
+    set-based UPDATEs; `bulk_update` wrote one CASE WHEN per branch, which PostgreSQL
+    evaluates for every row (20,000 trajectories took over half a minute)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    conversation = json.loads((FIXTURES / "chat_tools.jsonl").read_text().splitlines()[0])
+    path = tmp_path / "many.jsonl"
+    with path.open("w") as fh:
+        for i in range(300):
+            conversation["messages"][1]["content"] = f"Request {i}"
+            fh.write(json.dumps(conversation) + "\n")
+    with CaptureQueriesContext(connection) as queries:
+        assert do_import_file(project=project, path=path).trajectories_created == 300
+    assert not [q["sql"][:80] for q in queries if "CASE WHEN" in q["sql"]]
+    roots = Branch.objects.filter(trajectory__project=project)
+    assert roots.count() == 300
+    assert all(b.lineage == [[b.pk, 0]] for b in roots)

@@ -8,7 +8,7 @@ import pytest
 
 from studio.importers.registry import KNOWN_SUFFIXES
 from studio.models import Branch, Project, Step, Trajectory
-from studio.services.imports import do_import_file
+from studio.services.imports import ImportFailure, do_import_file
 
 A = "android/android-world-agents/"
 TB = "mcp/toolbench/"
@@ -340,3 +340,89 @@ def test_webvoyager_and_inspect(db, project, shared_data):
     }
     assert '[810] link "Work"' in steps[1].observation
     assert "web_browser_go" in [tool["name"] for tool in t.tools]
+
+
+def _set(doc, path: tuple, value):
+    for key in path[:-1]:
+        doc = doc[key]
+    doc[path[-1]] = value
+
+
+# Real files with one part given the wrong JSON type: (file, path in it, value, the error
+# expected, or None when the part is optional and the file still imports).
+MALFORMED = [
+    (SW + "function_calling_simple.traj", ("history", 1), 7, "at history[1]: expected a JSON"),
+    (SW + "function_calling_simple.traj", ("history", 4, "tool_calls"), {"a": 1}, None),
+    (SW + "function_calling_simple.traj", ("history", 4, "tool_calls"), True, None),
+    (SW + "function_calling_simple.traj", ("history", 4, "tool_calls", 0, "function"), "x", None),
+    # a file without train_messages: its steps come from the search tree
+    (TB + "G1_answer__69_ChatGPT_DFS_woFilter_w2.json", ("tree", "tree", "children"), 1, None),
+    (
+        TB + "G1_answer__69_ChatGPT_DFS_woFilter_w2.json",
+        ("tree", "tree", "children"),
+        {"a": 1},
+        None,
+    ),
+    (
+        "web/inspect-ai-browser/2025-05-12T20-27-36-04-00_browser.json",
+        ("samples", 0),
+        None,
+        "at samples[0]: expected a JSON object",
+    ),
+    (
+        "web/inspect-ai-browser/2025-05-12T20-27-36-04-00_browser.json",
+        ("samples", 0, "events"),
+        1,
+        None,
+    ),
+    ("swe/openhands/runtime_trajs_basic_gui_mode.json", (-1, "extras", "metadata"), "x", None),
+]
+
+
+@pytest.mark.parametrize(("rel", "where", "value", "error"), MALFORMED)
+def test_wrong_json_types_give_a_named_error_or_import(
+    db, project, shared_data, tmp_path, rel, where, value, error
+):
+    doc = json.loads((shared_data / rel).read_text())
+    if rel.startswith("swe/openhands"):
+        where = (next(i for i, e in enumerate(doc) if e.get("observation") == "run"), *where[1:])
+    _set(doc, where, value)
+    path = tmp_path / rel.rsplit("/", 1)[-1]
+    path.write_text(json.dumps(doc))
+    if error is None:
+        assert do_import_file(project=project, path=path).trajectories_created == 1
+    else:
+        with pytest.raises(ImportFailure) as err:
+            do_import_file(project=project, path=path)
+        assert str(err.value).startswith(f"{path.name} {error}")
+        assert not Trajectory.objects.exists()
+
+
+ANDROID_2 = "results_gpt_o3_mini__MarkorCreateFolder_base_o3-mini_trial1.json"
+TOOLBENCH_2 = "G1_answer__69_ChatGPT_DFS_woFilter_w2.json"
+
+
+@pytest.mark.parametrize(
+    ("files", "fmt", "steps"),
+    [
+        ((A + "FilesDeleteFile_base_gpt-4o-mini_7d52a840.json", A + ANDROID_2), "androidworld", 9),
+        ((TB + "G1_answer__10_ChatGPT_DFS_woFilter_w2.json", TB + TOOLBENCH_2), "toolbench", 7),
+        ((CTF + "forensics__flash.traj", CTF + "misc__networking_1.traj"), "swe-agent", 8),
+    ],
+)
+def test_json_array_of_several_trajectories(db, project, shared_data, tmp_path, files, fmt, steps):
+    """Several trajectories of one format saved as one JSON list are detected and imported
+    like the separate files; a bad one is named by its record."""
+    docs = [json.loads((shared_data / rel).read_text()) for rel in files]
+    path = tmp_path / "several.json"
+    path.write_text(json.dumps(docs))
+    result = do_import_file(project=project, path=path)
+    assert (result.detected_format, result.trajectories_created, result.steps_created) == (
+        fmt,
+        2,
+        steps,
+    )
+    docs[1] = []
+    path.write_text(json.dumps(docs))
+    with pytest.raises(ImportFailure, match=r"^several.json record 1: expected a JSON object"):
+        do_import_file(project=project, path=path)

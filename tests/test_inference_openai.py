@@ -97,8 +97,10 @@ def test_connection_refused_is_retried_then_reported():
     # A port where nothing listens: bind a server, note its port, close it.
     with fake_openai_server() as srv:
         dead = srv.base_url
-    with pytest.raises(BackendError, match=r"failed after 2 attempts"):
+    with pytest.raises(BackendError, match=r"failed after 2 attempts") as caught:
         fast_backend(dead, max_retries=1).generate(GenerationRequest(messages=MESSAGES))
+    # the message says why the connection failed, not only "Connection error."
+    assert "refused" in str(caught.value).lower()
 
 
 def test_a_timeout_is_retried_then_reported():
@@ -203,3 +205,89 @@ def test_make_backend_errors():
         make_backend("openai")
     with pytest.raises(BackendError, match="unknown backend 'gpt'"):
         make_backend("gpt")
+
+
+class ReasoningServer:
+    """vLLM/SGLang with a reasoning parser: the thinking comes in `reasoning_content`, apart
+    from the content (a real HTTP server on 127.0.0.1; the shared fake does not split it)."""
+
+    THINKING = ["the agent ", "reads a.txt"] + ["; still thinking"] * 40
+    CONTENT = ["<predicted_observation>", "hello", "</predicted_observation>"]
+
+    def __init__(self):
+        import json
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                base = {"id": "r", "created": 0, "model": "m"}
+                if not body.get("stream"):
+                    message = {
+                        "role": "assistant",
+                        "content": "".join(outer.CONTENT),
+                        "reasoning_content": "".join(outer.THINKING),
+                    }
+                    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+                    data = json.dumps({**base, "object": "chat.completion", "choices": [choice]})
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data.encode())
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                deltas = [{"reasoning_content": t} for t in outer.THINKING]
+                deltas += [{"content": t} for t in outer.CONTENT]
+                try:
+                    for delta in deltas:
+                        choice = {"index": 0, "delta": delta, "finish_reason": None}
+                        chunk = {**base, "object": "chat.completion.chunk", "choices": [choice]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_thinking_split_off_by_a_reasoning_parser_is_kept_and_streams():
+    thinking = "".join(ReasoningServer.THINKING)
+    with ReasoningServer() as srv:
+        backend = fast_backend(srv.base_url)
+        plain = backend.generate(GenerationRequest(messages=MESSAGES))[0]
+        events = []
+        streamed = backend.generate(
+            GenerationRequest(messages=MESSAGES), on_event=lambda e: events.append(e) and False
+        )[0]
+        # a stop asked while the model still thinks ends the stream there
+        stopped = backend.generate(
+            GenerationRequest(messages=MESSAGES), on_event=lambda e: e.tokens_out >= 3
+        )[0]
+    for completion in (plain, streamed):
+        parsed = parse_prediction(completion.text)
+        assert (parsed.observation, parsed.status) == ("hello", "well_formed")
+        assert parsed.thinking == thinking  # the raw output and the thinking are kept
+    # progress shows while the model thinks, before any content arrives
+    assert any(e.phase == "decoding" and e.text.startswith("<think>the agent") for e in events)
+    assert stopped.finish_reason == "cancelled"
+    assert "<predicted_observation>" not in stopped.text

@@ -31,6 +31,17 @@ def test_create_project_makes_creator_admin(researcher_client, project):
     assert m.user == project.users["researcher"] and m.role == Role.ADMIN
 
 
+def test_invalid_new_project_keeps_the_project_list_intact(researcher_client, project):
+    """The list re-rendered beside the form's errors still says how many trajectories each
+    project holds (it used to lose the counts)."""
+    Trajectory.objects.create(project=project, domain="terminal", title="t", source_key="k")
+    response = researcher_client.post(reverse("project_create"), {"name": "  ", "description": ""})
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "A project needs a name" in body or "This field is required" in body
+    assert "1 trajectory ·" in body
+
+
 def test_only_admin_adds_members(client, project):
     client.force_login(project.users["researcher"])
     url = reverse("project_members", args=[project.pk])
@@ -98,3 +109,16 @@ def test_branch_step_list_is_one_query_whatever_its_length(project, django_asser
     with django_assert_num_queries(1):
         steps = list(grandchild.all_steps())
     assert len(steps) == 9
+
+
+def test_the_last_admin_cannot_be_demoted(client, project):
+    client.force_login(project.users["admin"])
+    url = reverse("project_members", args=[project.pk])
+    response = client.post(url, {"username": "admin", "role": "researcher"})
+    assert response.status_code == 400
+    assert "only admin" in response.content.decode()
+    assert project.role_of(project.users["admin"]) == Role.ADMIN
+    # with a second admin the first may step down
+    client.post(url, {"username": "researcher", "role": "admin"})
+    assert client.post(url, {"username": "admin", "role": "annotator"}).status_code == 302
+    assert project.role_of(project.users["admin"]) == Role.ANNOTATOR

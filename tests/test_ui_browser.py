@@ -131,3 +131,50 @@ def test_script_payloads_never_run(page, login, live_server, project):
     assert page.locator("iframe.html-frame").count() == len(payloads)
     for frame in page.locator("iframe.html-frame").all():
         assert frame.get_attribute("sandbox") == ""
+
+
+def _step_indexes(page) -> list[int]:
+    return page.eval_on_selector_all(
+        "#steps .step", "els => els.map(e => parseInt(e.dataset.index, 10))"
+    )
+
+
+def test_lazy_windows_in_either_direction_never_repeat_steps(page, login, live_server, project):
+    """A window loaded below the shown ones brings no "load earlier" button (it would load
+    steps already shown), and one loaded above brings no sentinel for the steps below."""
+    total = STEPS_PER_PAGE * 4
+    traj = make_trajectory(project, title="Both ways", n_steps=total)
+    login(page, "researcher")
+    # down: scroll through the whole branch from the top
+    page.goto(f"{live_server.url}/trajectories/{traj.pk}/")
+    for _ in range(20):
+        page.locator("#steps .step").last.scroll_into_view_if_needed()
+        page.mouse.wheel(0, 5000)
+        page.wait_for_timeout(200)
+        if page.locator("#steps .steps-next").count() == 0:
+            break
+    assert _step_indexes(page) == list(range(total))
+    assert page.locator("#steps .steps-prev").count() == 0
+
+    # up: open the last window, then load the earlier ones one after another
+    target = total - 2
+    page.goto(f"{live_server.url}/trajectories/{traj.pk}/?step={target}")
+    page.wait_for_selector(f"#step-{target}.current")
+    for _ in range(3):
+        page.click("#steps .steps-prev button")
+        page.wait_for_timeout(600)  # time for a (wrong) sentinel below to fire
+    page.wait_for_selector("#step-0")
+    assert _step_indexes(page) == list(range(total))
+    assert page.locator("#steps .steps-next").count() == 0
+
+
+def test_a_step_anchor_outside_the_first_window_opens_that_step(page, login, live_server, project):
+    """The step numbers are `#step-N` anchors; a link to one that is not in the first window
+    loads the window holding it rather than leaving the reader at step 0."""
+    total = STEPS_PER_PAGE * 3
+    traj = make_trajectory(project, title="Anchors", n_steps=total)
+    target = STEPS_PER_PAGE * 2 + 4
+    login(page, "researcher")
+    page.goto(f"{live_server.url}/trajectories/{traj.pk}/#step-{target}")
+    page.wait_for_selector(f"#step-{target}.current")
+    assert page.locator(f"#step-{target}").is_visible()

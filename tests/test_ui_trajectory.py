@@ -91,7 +91,7 @@ def test_first_response_holds_one_window_and_a_lazy_sentinel(researcher_client, 
     assert f'id="step-{STEPS_PER_PAGE}"' not in html
     next_url = (
         reverse("trajectory_steps", args=[traj.pk])
-        + f"?branch={traj.branches.get().pk}&amp;start={STEPS_PER_PAGE}"
+        + f"?branch={traj.branches.get().pk}&amp;start={STEPS_PER_PAGE}&amp;dir=down"
     )
     assert f'hx-get="{next_url}" hx-trigger="revealed" hx-swap="outerHTML"' in html
 
@@ -104,6 +104,27 @@ def test_first_response_holds_one_window_and_a_lazy_sentinel(researcher_client, 
     assert step_ids(last) == list(range(2 * STEPS_PER_PAGE, 2 * STEPS_PER_PAGE + 7))
     assert 'hx-trigger="revealed"' not in last
     assert "↑ Load steps" in last  # a way back up after a jump
+
+
+def test_windows_loaded_above_or_below_bring_only_their_own_way_on(researcher_client, project):
+    """The scroll sentinel's window (below) has no "load earlier" button, the button's window
+    (above) no sentinel: either would load steps already on the page a second time."""
+    traj = make_trajectory(project, n_steps=STEPS_PER_PAGE * 3)
+    below = steps_partial(researcher_client, traj, start=STEPS_PER_PAGE, dir="down")
+    html = below.content.decode()
+    assert step_ids(html) == list(range(STEPS_PER_PAGE, 2 * STEPS_PER_PAGE))
+    assert "steps-prev" not in html and "↑ Load steps" not in html
+    assert f"start={2 * STEPS_PER_PAGE}&amp;dir=down" in html
+
+    above = steps_partial(researcher_client, traj, start=STEPS_PER_PAGE, dir="up")
+    html = above.content.decode()
+    assert step_ids(html) == list(range(STEPS_PER_PAGE, 2 * STEPS_PER_PAGE))
+    assert "steps-next" not in html and 'hx-trigger="revealed"' not in html
+    assert "start=0&amp;dir=up" in html
+
+    # an unaligned start is aligned to its window, so windows never overlap
+    odd = steps_partial(researcher_client, traj, start=STEPS_PER_PAGE + 3, dir="up")
+    assert step_ids(odd.content.decode()) == list(range(STEPS_PER_PAGE, 2 * STEPS_PER_PAGE))
 
 
 def test_jump_to_step_serves_the_window_holding_it(researcher_client, project):

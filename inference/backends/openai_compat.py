@@ -9,7 +9,11 @@
 - Retries with exponential backoff on connection errors and timeouts, 429 and 5xx only; other
   4xx are the caller's mistake and fail at once. The client's own retries are off so ours are the
   only ones.
-- `seed` is passed through (sample i of a per-sample fan-out gets seed + i so samples differ)."""
+- `seed` is passed through (sample i of a per-sample fan-out gets seed + i so samples differ).
+- A server running a reasoning parser (vLLM/SGLang `--reasoning-parser`) sends the thinking apart
+  from the content (`reasoning_content` or `reasoning`); it is put back in front of the content as
+  a `<think>...</think>` block, so the raw output keeps it, the parser records it as thinking, and
+  a streaming branch reports progress (and can be stopped) while the model is still thinking."""
 
 from __future__ import annotations
 
@@ -30,6 +34,27 @@ from inference.types import (
 )
 
 _FINISH = {"stop": "stop", "length": "length", "eos": "stop"}
+
+
+def _reasoning_of(part: Any) -> str:
+    """The thinking a reasoning parser split off a message or a stream delta ("" if none)."""
+    if part is None:
+        return ""
+    for name in ("reasoning_content", "reasoning"):
+        value = getattr(part, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _with_thinking(reasoning: str, content: str, *, done: bool = True) -> str:
+    """Content with the separated thinking put back in front as a think block (which the
+    reference parser drops); while it streams and no content has come, the block stays open."""
+    if not reasoning:
+        return content
+    if content or done:
+        return f"<think>{reasoning}</think>{content}"
+    return f"<think>{reasoning}"
 
 
 class OpenAIBackend:
@@ -137,7 +162,7 @@ class OpenAIBackend:
         shares = [total_out // n + (1 if i < total_out % n else 0) for i in range(n)]
         return [
             Completion(
-                text=c.message.content or "",
+                text=_with_thinking(_reasoning_of(c.message), c.message.content or ""),
                 tokens_in=tokens_in,
                 tokens_out=shares[i],
                 decode_s=elapsed,
@@ -156,7 +181,7 @@ class OpenAIBackend:
         def run() -> Completion:
             start = time.perf_counter()
             first_at = None
-            text, chunks, finish = [], 0, "stop"
+            text, thinking, chunks, finish = [], [], 0, "stop"
             tokens_in = tokens_out = 0
             on_event(StreamEvent(sample=sample, text="", tokens_out=0, phase="prefill"))
             stream = self.client.chat.completions.create(**body)
@@ -167,12 +192,15 @@ class OpenAIBackend:
                         tokens_out = chunk.usage.completion_tokens
                     for choice in chunk.choices:
                         delta = choice.delta.content if choice.delta else None
-                        if delta:
+                        thought = _reasoning_of(choice.delta)
+                        if delta or thought:
                             if first_at is None:
                                 first_at = time.perf_counter()
-                            text.append(delta)
+                            text.append(delta or "")
+                            thinking.append(thought)
                             chunks += 1
-                            if on_event(StreamEvent(sample, "".join(text), chunks)):
+                            so_far = _with_thinking("".join(thinking), "".join(text), done=False)
+                            if on_event(StreamEvent(sample, so_far, chunks)):
                                 finish = "cancelled"
                                 break
                         if choice.finish_reason:
@@ -183,7 +211,7 @@ class OpenAIBackend:
                 stream.close()
             end = time.perf_counter()
             first_at = first_at or end
-            out = "".join(text)
+            out = _with_thinking("".join(thinking), "".join(text))
             on_event(StreamEvent(sample, out, tokens_out or chunks, phase="done"))
             return Completion(
                 text=out,
@@ -258,6 +286,10 @@ class OpenAIBackend:
 def _describe(err: Exception, what: str, base_url: str, attempts: int) -> str:
     status = getattr(err, "status_code", None)
     detail = getattr(err, "message", None) or str(err)
+    cause = err.__cause__
+    if status is None and cause is not None and str(cause) and str(cause) not in detail:
+        # "Connection error." alone does not say refused, unknown host or reset: add the cause
+        detail = f"{detail.rstrip('.')} ({cause})"
     where = f"{what} at {base_url}"
     tries = f" after {attempts} attempt{'s' if attempts != 1 else ''}"
     if status is not None:

@@ -143,6 +143,11 @@
     }
     if (root.dataset.jump !== undefined) {
       highlight(document.getElementById("step-" + root.dataset.jump), true);
+    } else {
+      // A link to "#step-N" (the step numbers are anchors) whose step is not in the first
+      // window: load the window holding it instead of silently staying at the top.
+      var m = /^#step-(\d+)$/.exec(window.location.hash);
+      if (m) jumpTo(parseInt(m[1], 10));
     }
   });
 })();

@@ -35,6 +35,19 @@ class MemberForm(forms.Form):
         self.cleaned_data["user"] = user
         return username
 
+    def clean(self):
+        data = super().clean() or {}
+        user, role = data.get("user"), data.get("role")
+        if user is not None and role and role != Role.ADMIN:
+            admins = self.project.memberships.filter(role=Role.ADMIN)
+            if admins.filter(user=user).exists() and admins.count() == 1:
+                # A project without an admin could never get new members again.
+                raise forms.ValidationError(
+                    f"{user.username} is the only admin of {self.project.name}; "
+                    "make someone else admin first."
+                )
+        return data
+
     def save(self) -> Membership:
         membership, _ = Membership.objects.update_or_create(
             project=self.project,

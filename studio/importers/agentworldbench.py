@@ -12,7 +12,8 @@ prompts rebuilt for simulation are byte-identical to the file's. The shown actio
 `Step.state`, `**Historical Context:**` to `meta["historical_context"]`, and the first
 `**Task Instruction:**` to the trajectory. The observation is the response without its
 `**Environment Observation:**` marker. A short row that is a prefix of two diverging longer
-trajectories joins the first of them.
+trajectories joins the first of them. A `task` naming no studio domain is an error unless
+the user gives the domain.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ SECTION = re.compile(
     r"^\*\*(Task Instruction|Historical Context|Current State|Action)(?::\*\*|\*\*:)[ \t]*",
     re.MULTILINE,
 )
+# A fenced code block: labels inside it are the action's text (a command writing markdown).
+FENCE = re.compile(r"^[ \t]*```.*?^[ \t]*```", re.MULTILINE | re.DOTALL)
 OBS_MARKER = re.compile(r"\A\s*\*\*Environment Observation(?::\*\*|\*\*:)[ \t]*\n?")
 
 
@@ -63,7 +66,8 @@ def split_prompt(prompt: str) -> dict[str, str]:
     """The labelled sections of a turn prompt, heading removed; text with no label is the
     action (a prompt that is only an action)."""
     body = TURN_HEADING.sub("", prompt, count=1)
-    matches = list(SECTION.finditer(body))
+    fenced = [m.span() for m in FENCE.finditer(body)]
+    matches = [m for m in SECTION.finditer(body) if not any(a < m.start() < b for a, b in fenced)]
     sections: dict[str, str] = {}
     if not matches:
         sections["Action"] = _trim(body)
@@ -109,13 +113,18 @@ class Group:
 def _prefix_hashes(row: Row) -> list[str]:
     """Hash of the first k turns for every k (system prompt and task included, so equal
     turns of different samples stay apart)."""
-    h = hashlib.sha1(f"{row.task}\0{row.system}".encode()).digest()
+    h = hashlib.sha1(_utf8(f"{row.task}\0{row.system}")).digest()
     out = []
     for p, r in zip(row.prompt, row.response, strict=False):
-        turn = hashlib.sha1(p.encode()).digest() + hashlib.sha1(r.encode()).digest()
+        turn = hashlib.sha1(_utf8(p)).digest() + hashlib.sha1(_utf8(r)).digest()
         h = hashlib.sha1(h + turn).digest()
         out.append(h.hex())
     return out
+
+
+def _utf8(text: str) -> bytes:
+    # JSON may hold half a surrogate pair ("\\ud800"); it is hashed as is, replaced on write.
+    return text.encode("utf-8", "surrogatepass")
 
 
 def read_row(where: Where, record) -> Row:
@@ -137,8 +146,6 @@ def read_row(where: Where, record) -> Row:
         raise where.fail("turn_idx", f"must be between 1 and {len(prompt)} (the prompts given)")
     if turn > len(response):
         raise where.fail("response", f"must hold the observation of turn {turn}")
-    if task and domain_of(task) not in DOMAINS:
-        raise where.fail("task", f'names no known domain ("{domain_of(task)}")')
     return Row(where, str(row_id), task, system, turn, prompt, response)
 
 
@@ -204,13 +211,18 @@ def build(group: Group) -> ParsedTrajectory:
     ids = list(dict.fromkeys(r.id for r in rows))
     first_id = ids[0] if ids else ""
     title = f"{first_id}: {shorten(instruction, 100)}" if instruction else f"{first_id}"
+    domain, problem = domain_of(longest.task) if longest.task else None, ""
+    if domain is not None and domain not in DOMAINS:
+        message = f'names no known domain ("{domain}"); give one with --domain'
+        domain, problem = None, str(longest.where.fail("task", message))
     return ParsedTrajectory(
         title=title or f"AgentWorldBench {longest.task}",
         task_instruction=instruction,
         system_prompt=rows[0].system or longest.system,
         steps=steps,
         metadata={"agentworldbench": {"ids": ids, "task": longest.task}},
-        domain=domain_of(longest.task) if longest.task else None,
+        domain=domain,
+        domain_problem=problem,
     )
 
 

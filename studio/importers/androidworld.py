@@ -2,7 +2,7 @@
 
 `{task_name, goal, success, steps_taken, actions, step_timings?, step_records: [{step_num,
 state: {ui_elements}, action: "Reason: …\\nAction: {json}", agent_data: {before_element_list,
-after_element_list, summary, …}}], final_state?}`.
+after_element_list, summary, …}}], final_state?}`; a JSON list (or JSONL) of episodes too.
 
 Choice made here: the observation of a step is the screen the action led to, written as the
 UI element list after the action (`agent_data.after_element_list`, else the next step's
@@ -35,6 +35,7 @@ FLAGS = ("clickable", "editable", "checked", "selected", "focused", "scrollable"
 
 
 def sniff(kind: str, sample) -> bool:
+    sample = sample[0] if isinstance(sample, list) and sample else sample  # a list of episodes
     return (
         isinstance(sample, dict)
         and isinstance(sample.get("step_records"), list)
@@ -126,4 +127,5 @@ def parse(source: Source):
     for where, record in source.records():
         if not isinstance(record, dict):
             raise where.error("expected a JSON object (an AndroidWorld episode)")
-        yield build(where if source.kind == "jsonl" else Where(source.name), record, stem)
+        one = source.kind == "json" and not isinstance(source.data, list)
+        yield build(Where(source.name) if one else where, record, stem)

@@ -48,6 +48,9 @@ class ParsedTrajectory:
     metadata: dict[str, Any] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     domain: str | None = None  # None: the importer's default or the path decides
+    # Why the content's own domain is unusable (names file, line, field); an error unless
+    # the user forces a domain.
+    domain_problem: str = ""
 
 
 class Where:

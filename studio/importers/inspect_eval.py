@@ -20,6 +20,7 @@ from studio.importers.base import (
     content_text,
     get,
     optional_dict,
+    optional_list,
     shorten,
     tool_call_action,
 )
@@ -94,7 +95,7 @@ def build(where: Where, sample: dict, evalinfo: dict) -> ParsedTrajectory:
             if msg.get("error"):
                 answered.meta["error"] = msg["error"]
     tools = []
-    for event in sample.get("events") or []:
+    for event in optional_list(sample, "events"):
         if isinstance(event, dict) and event.get("event") == "model" and event.get("tools"):
             tools = event["tools"]
             break
@@ -129,5 +130,8 @@ def parse(source: Source):
     samples = get(data, "samples", list, where)
     evalinfo = optional_dict(data, "eval")
     for i, sample in enumerate(samples):
-        yield build(where.sub(f"samples[{i}]"), sample, evalinfo)
+        at = where.sub(f"samples[{i}]")
+        if not isinstance(sample, dict):
+            raise at.error("expected a JSON object (one sample)")
+        yield build(at, sample, evalinfo)
         source.report((i + 1) / max(len(samples), 1))

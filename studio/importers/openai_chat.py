@@ -15,6 +15,8 @@ system prompt.
 
 from __future__ import annotations
 
+import itertools
+
 from studio.importers.base import (
     ParsedStep,
     ParsedTrajectory,
@@ -59,28 +61,36 @@ def sniff(kind: str, sample) -> bool:
 
 
 def conversations(source: Source):
-    """(where, record, messages) for every conversation in the file."""
+    """(where, record, messages, places) for every conversation in the file; `places` says
+    where each message is when they are lines of a JSONL file, else it is empty."""
     data = source.data
     if source.kind == "json" and isinstance(data, list) and data and isinstance(data[0], dict):
         if "role" in data[0]:
-            yield Where(source.name), {}, data
+            yield Where(source.name), {}, data, []
             return
+    records = source.records()
     if source.kind == "jsonl":
-        records = list(source.records())
-        if records and isinstance(records[0][1], dict) and "role" in records[0][1]:
-            yield Where(source.name), {}, [record for _where, record in records]
+        first = next(records, None)
+        if first is None:
             return
-    for where, record in source.records():
+        if isinstance(first[1], dict) and "role" in first[1]:
+            places, messages = zip(first, *records, strict=True)
+            yield Where(source.name), {}, list(messages), list(places)
+            return
+        records = itertools.chain([first], records)  # one pass over the file
+    for where, record in records:
         if isinstance(record, list):
-            yield where, {}, record
+            yield where, {}, record, []
             continue
         if not isinstance(record, dict):
             raise where.error("expected a JSON object or a list of messages")
         key = "traj" if "traj" in record else "messages"
-        yield where.sub(f".{key}"), record, get(record, key, list, where)
+        yield where.sub(f".{key}"), record, get(record, key, list, where), []
 
 
-def build(where: Where, record: dict, messages: list) -> ParsedTrajectory:
+def build(
+    where: Where, record: dict, messages: list, places: list[Where] | None = None
+) -> ParsedTrajectory:
     steps: list[ParsedStep] = []
     pending: list[ParsedStep] = []  # calls waiting for their tool message
     dialogue: list[dict] = []
@@ -88,7 +98,7 @@ def build(where: Where, record: dict, messages: list) -> ParsedTrajectory:
     first_user = ""
     final_text = ""
     for i, msg in enumerate(messages):
-        at = where.sub(f"[{i}]")
+        at = places[i] if places else where.sub(f"[{i}]")
         if not isinstance(msg, dict):
             raise at.error("a message must be a JSON object")
         role = get(msg, "role", str, at)
@@ -152,5 +162,5 @@ def build(where: Where, record: dict, messages: list) -> ParsedTrajectory:
 
 
 def parse(source: Source):
-    for where, record, messages in conversations(source):
-        yield build(where, record, messages)
+    for where, record, messages, places in conversations(source):
+        yield build(where, record, messages, places)

@@ -88,7 +88,7 @@ def build(where: Where, events: list, row: dict, title: str) -> ParsedTrajectory
             observation = as_text(obs.get("content")) or as_text(obs.get("message"))
             meta["observation_type"] = obs.get("observation")
             extras = optional_dict(obs, "extras")
-            exit_code = (extras.get("metadata") or {}).get("exit_code")
+            exit_code = optional_dict(extras, "metadata").get("exit_code")
             if exit_code is not None:
                 meta["exit_code"] = exit_code
         steps.append(

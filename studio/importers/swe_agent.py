@@ -7,6 +7,8 @@ from its assistant messages carrying an `action` and the tool/user message after
 Actions stay shell commands (the agent's native action); `thought` goes to thinking and the
 editor `state` (open file, working dir) to `Step.state`.
 
+A JSON list (or JSONL) of such objects is several trajectories.
+
 Domain: swe, or terminal when the run is a CTF challenge (the system prompt, the task or
 the environment says "CTF").
 """
@@ -25,6 +27,7 @@ from studio.importers.base import (
     content_text,
     get,
     optional_dict,
+    optional_list,
     shorten,
 )
 
@@ -34,6 +37,7 @@ CTF = re.compile(r"\bCTF\b")
 
 
 def sniff(kind: str, sample) -> bool:
+    sample = sample[0] if isinstance(sample, list) and sample else sample  # a list of .traj
     if not isinstance(sample, dict):
         return False
     if isinstance(sample.get("trajectory"), list) and (
@@ -86,9 +90,9 @@ def steps_from_history(where: Where, history: list) -> list[ParsedStep]:
         role = get(msg, "role", str, at)
         if role == "assistant" and isinstance(msg.get("action"), str):
             meta = {}
-            calls = msg.get("tool_calls") or []
+            calls = optional_list(msg, "tool_calls")
             if calls and isinstance(calls[0], dict):
-                fn = calls[0].get("function") or {}
+                fn = optional_dict(calls[0], "function")
                 meta = {"tool_name": fn.get("name", ""), "call_id": calls[0].get("id", "")}
             waiting = ParsedStep(
                 action=msg["action"].rstrip("\n"),
@@ -106,6 +110,9 @@ def steps_from_history(where: Where, history: list) -> list[ParsedStep]:
 def build(source: Source, data: dict) -> ParsedTrajectory:
     where = Where(source.name)
     history = get(data, "history", list, where, required=False) or []
+    for i, msg in enumerate(history):
+        if not isinstance(msg, dict):
+            raise where.sub(f"history[{i}]").error("expected a JSON object (a message)")
     system = next(
         (content_text(m.get("content")) for m in history if m.get("role") == "system"), ""
     )
@@ -133,7 +140,7 @@ def build(source: Source, data: dict) -> ParsedTrajectory:
 
 
 def parse(source: Source):
-    if source.kind == "json":
+    if source.kind == "json" and not isinstance(source.data, list):
         if not isinstance(source.data, dict):
             raise Where(source.name).error("expected one JSON object (a .traj file)")
         yield build(source, source.data)

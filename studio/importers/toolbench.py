@@ -7,7 +7,8 @@ files without `train_messages` walk the search tree instead: the root-to-leaf pa
 a `Finish` that gives an answer, else the longest path. Node types: `Thought` (the agent's
 reasoning), `Action` (the function name), `Action Input` (the arguments, and the API result
 in `observation`). The `Finish` call is the agent's answer, not an environment step: it goes
-to `metadata["final_answer"]`. Tool schemas are `answer_generation.function`.
+to `metadata["final_answer"]`. Tool schemas are `answer_generation.function`. A JSON list
+(or JSONL) of answers is several trajectories.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ FINISH = "Finish"
 
 
 def sniff(kind: str, sample) -> bool:
+    sample = sample[0] if isinstance(sample, list) and sample else sample  # a list of answers
     return isinstance(sample, dict) and isinstance(sample.get("answer_generation"), dict)
 
 
@@ -61,7 +63,7 @@ def steps_from_messages(where: Where, messages: list) -> list[ParsedStep]:
 
 def _paths(node: dict, prefix: list[dict]):
     path = [*prefix, node]
-    children = node.get("children") or []
+    children = optional_list(node, "children")
     if not children:
         yield path
     for child in children:
@@ -129,4 +131,5 @@ def parse(source: Source):
     for where, record in source.records():
         if not isinstance(record, dict):
             raise where.error("expected a JSON object (a ToolBench answer)")
-        yield build(source, where if source.kind == "jsonl" else Where(source.name), record)
+        one = source.kind == "json" and not isinstance(source.data, list)
+        yield build(source, Where(source.name) if one else where, record)

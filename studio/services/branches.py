@@ -479,7 +479,7 @@ def build_comparison(
 ) -> Comparison:
     """Branches step-aligned by index, `limit` rows from `start` (default: the first step
     that is not shared by all). Each observation is diffed against the recorded one where the
-    recorded branch has that step, else against the first selected branch's."""
+    recorded branch has that step, else against the first selected branch that has it."""
     differ = line_diff if diff == "lines" else word_diff
     recorded = Branch.objects.get(trajectory=trajectory, parent__isnull=True)
     lineages = [b.lineage or b.compute_lineage() for b in branches]
@@ -506,13 +506,16 @@ def build_comparison(
         next_start=hi + 1 if hi < last else None,
         last=last,
     )
-    first = branches[0]
     for index in range(lo, hi + 1):
         ref_step = recorded_steps.get(index)
         ref_label = "recorded"
         if ref_step is None:
-            ref_step = steps[first.pk].get(index)
-            ref_label = first.name
+            # The first selected branch that has this step (a shorter first column must not
+            # leave the longer ones undiffed past its end).
+            ref_branch = next((b for b in branches if index in steps[b.pk]), None)
+            if ref_branch is not None:
+                ref_step = steps[ref_branch.pk][index]
+                ref_label = ref_branch.name
         cells = []
         for b in branches:
             step = steps[b.pk].get(index)

@@ -3,20 +3,27 @@
 The parse phase reports progress 0..0.5, the write phase 0.5..1. Nothing of a file is
 written unless all of it parses and writes. Each trajectory gets `source_key`, a sha256 of a
 canonical form of its content, so importing the same file twice adds nothing.
+
+Text that no database can store is replaced before that key is made: NUL characters
+(terminal output of binary files; PostgreSQL text and jsonb refuse them) become U+2400 "␀"
+and lone halves of surrogate pairs (left by a JSON `\\ud800` escape; not UTF-8) U+FFFD.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Field
+from django.db.models import Field, Value
+from django.db.models.functions import JSONArray
 
-from studio.importers.base import ImportFailure, ParsedTrajectory
+from studio.importers.base import ImportFailure, ParsedStep, ParsedTrajectory
 from studio.importers.registry import (
     detect,
     domain_from_path,
@@ -31,6 +38,9 @@ __all__ = ["ImportFailure", "ImportResult", "do_import_file", "list_formats", "s
 STEP_BATCH = 1000
 # Steps go in with COPY on PostgreSQL; the benchmark turns it off to compare with INSERTs.
 USE_POSTGRES_COPY = True
+
+
+UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,27 @@ def source_key(parsed: ParsedTrajectory) -> str:
     }
     text = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _storable(value):
+    """`value` (text or JSON) with NUL characters and lone surrogates replaced."""
+    if isinstance(value, str):
+        if UNSTORABLE.search(value) is None:
+            return value
+        return UNSTORABLE.sub(lambda m: "\u2400" if m.group() == "\x00" else "\ufffd", value)
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    return value
+
+
+def _make_storable(item: ParsedTrajectory) -> None:
+    objects: list[ParsedTrajectory | ParsedStep] = [item, *item.steps]
+    for obj in objects:
+        for f in dataclasses.fields(obj):
+            if f.name != "steps":
+                setattr(obj, f.name, _storable(getattr(obj, f.name)))
 
 
 def _scaled(progress: Callable[[float], None] | None, start: float, span: float):
@@ -93,6 +124,9 @@ def do_import_file(
     if getattr(importer, "PATH_DECIDES_DOMAIN", False):
         fallback = domain_from_path(Path(display_name) if display_name else path) or fallback
     for item in parsed:
+        _make_storable(item)
+        if item.domain_problem and not domain:
+            raise ImportFailure(item.domain_problem)
         item.domain = domain or item.domain or fallback
         _known_domain(item, name)
     try:
@@ -170,9 +204,14 @@ def _write(project, parsed: list[ParsedTrajectory], fmt: str, name: str, user, p
         ]
     )
     # bulk_create skips Branch.save(), which fills the lineage of a root: [[own id, 0]].
+    # One set-based UPDATE per chunk: bulk_update would send a CASE WHEN per branch.
+    ids = [branch.pk for branch in branches]
+    for start in range(0, len(ids), 5000):  # SQLite's bound-parameter limit
+        Branch.objects.filter(pk__in=ids[start : start + 5000]).update(
+            lineage=JSONArray(JSONArray("pk", Value(0)))
+        )
     for branch in branches:
         branch.lineage = [[branch.pk, 0]]
-    Branch.objects.bulk_update(branches, ["lineage"])
     _write_tags(project, trajectories, [item for _key, item in new])
     total = sum(len(item.steps) for _key, item in new)
     written = 0

@@ -71,6 +71,9 @@ def branch_tree(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
     current_id = _current_branch_id(request)
     nodes = layout_tree(tree_nodes(trajectory))
     standalone = not request.htmx
+    if current_id is None and not standalone:
+        # The trajectory page without `?branch=` shows the recorded branch: that is current.
+        current_id = next((n.pk for n in nodes if n.parent_id is None), None)
     figure = build_tree_figure(trajectory, current_id, nodes=nodes, compact=not standalone)
     by_row = sorted(nodes, key=lambda n: n.y)
     # "Compare all children of one fork" links: children grouped by parent and fork step.

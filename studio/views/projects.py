@@ -14,17 +14,20 @@ from studio.models import Membership, Role
 from studio.services.projects import do_create_project
 
 
-def project_list(request: HtmxHttpRequest) -> HttpResponse:
-    memberships = (
-        Membership.objects.filter(user=signed_in_user(request))
+def _memberships(user):
+    return (
+        Membership.objects.filter(user=user)
         .select_related("project")
         .annotate(n_trajectories=Count("project__trajectories"))
         .order_by("project__name")
     )
+
+
+def project_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(
         request,
         "projects/list.html",
-        {"memberships": memberships, "form": ProjectForm()},
+        {"memberships": _memberships(signed_in_user(request)), "form": ProjectForm()},
     )
 
 
@@ -33,9 +36,12 @@ def project_create(request: HtmxHttpRequest) -> HttpResponse:
     user = signed_in_user(request)
     form = ProjectForm(request.POST)
     if not form.is_valid():
-        memberships = Membership.objects.filter(user=user).select_related("project")
+        # The same list as the page (with its trajectory counts) beside the form's errors.
         return render(
-            request, "projects/list.html", {"memberships": memberships, "form": form}, status=400
+            request,
+            "projects/list.html",
+            {"memberships": _memberships(user), "form": form},
+            status=400,
         )
     project = do_create_project(
         name=form.cleaned_data["name"],

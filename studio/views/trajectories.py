@@ -105,7 +105,18 @@ def trajectory_steps(request: HtmxHttpRequest, trajectory_id: int) -> HttpRespon
     if branch is None:
         raise Http404(f"Branch {branch_id} is not a branch of trajectory {trajectory.pk}")
     start = _int_param(request, "start") or 0
+    # Windows are aligned, so one loaded above or below the shown ones never overlaps them.
+    start -= start % STEPS_PER_PAGE
     context = {"membership": membership, **_window_context(trajectory, branch, start)}
+    # A window loaded below the shown ones (`dir=down`, the scroll sentinel) must not bring a
+    # "load earlier steps" button: those steps are already on the page; one loaded above
+    # (`dir=up`) must not bring a sentinel for the steps below it. A window that replaces the
+    # timeline (jump to a step) has both.
+    direction = request.GET.get("dir", "")
+    if direction == "down":
+        context["prev_start"] = None
+    elif direction == "up":
+        context["next_start"] = None
     return render(request, "trajectories/trajectory.html#steps", context)
 
 

@@ -3,6 +3,7 @@
 Directories are walked for .json/.jsonl/.traj files (the format is still detected from the
 content). Each file is imported in its own transaction; a file that fails writes nothing,
 its error is printed, the other files are still imported, and the command exits non-zero.
+A project the command created is removed again when every file failed.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Command(BaseCommand):
         files = expand(paths)
         if not files:
             raise CommandError("no trajectory files found (.json, .jsonl, .traj)")
-        proj, _created = get_or_create_project(project)
+        proj, new_project = get_or_create_project(project)
         created = steps = skipped = 0
         errors: list[str] = []
         for path in files:
@@ -68,6 +69,8 @@ class Command(BaseCommand):
         if skipped:
             line += f" (skipped {skipped} already present)"
         self.stdout.write(line)
+        if errors and new_project and not created and not skipped:
+            proj.delete()  # nothing went in: a bad file leaves no empty project behind
         if errors and len(files) == 1:
             raise CommandError(errors[0])
         if errors:
