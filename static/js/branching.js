@@ -59,6 +59,51 @@
 
   function init(root) { drawTrees(root); bindSnippets(root); }
 
+  // The job page refreshes its progress every 500 ms by swapping HTML: keep what the reader
+  // opened (thinking folds, "Show all" clamps) open across refreshes. Elements are keyed by
+  // their branch card and their position in it, which stay stable while a job runs.
+  function foldKeys(root) {
+    var keys = {};
+    root.querySelectorAll(".job-branch").forEach(function (card) {
+      card.querySelectorAll("details").forEach(function (d, i) {
+        if (d.open) keys[card.id + "/d" + i] = true;
+      });
+      card.querySelectorAll("[data-fold]").forEach(function (f, i) {
+        if (f.classList.contains("open") && !f.classList.contains("fits")) {
+          keys[card.id + "/f" + i] = true;
+        }
+      });
+    });
+    return keys;
+  }
+
+  function restoreFolds(root, keys) {
+    root.querySelectorAll(".job-branch").forEach(function (card) {
+      card.querySelectorAll("details").forEach(function (d, i) {
+        if (keys[card.id + "/d" + i]) d.open = true;
+      });
+      card.querySelectorAll("[data-fold]").forEach(function (f, i) {
+        if (!keys[card.id + "/f" + i]) return;
+        f.classList.add("open");
+        var button = f.querySelector(".fold-toggle");
+        if (button) button.textContent = button.dataset.less;
+      });
+    });
+  }
+
+  var openBeforeSwap = null;
+  document.addEventListener("htmx:beforeSwap", function (evt) {
+    if (evt.detail.target && evt.detail.target.id === "job-progress") {
+      openBeforeSwap = foldKeys(evt.detail.target);
+    }
+  });
+  document.addEventListener("htmx:afterSwap", function (evt) {
+    if (openBeforeSwap && evt.detail.target && evt.detail.target.id === "job-progress") {
+      restoreFolds(evt.detail.target, openBeforeSwap);
+      openBeforeSwap = null;
+    }
+  });
+
   window.StudioBranching = { drawTrees: drawTrees, init: init };
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", function () { init(); });
