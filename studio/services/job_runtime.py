@@ -16,10 +16,13 @@ slow remote model never looks dead."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -79,11 +82,62 @@ def _fail_lost(model: JobModel, row: Any, now: Any) -> bool:
     done = model.objects.filter(
         pk=row.pk, status=JobStatus.RUNNING, heartbeat_at=row.heartbeat_at
     ).update(status=JobStatus.FAILED, error=message, finished_at=now, **extra)
+    if done:
+        clear_pulse(model, row.pk)
     if done and model is SimulationJob:
         Branch.objects.filter(
             job_id=row.pk, status__in=[BranchStatus.QUEUED, BranchStatus.RUNNING]
         ).update(status=BranchStatus.FAILED, error=message)
     return bool(done)
+
+
+# ---- the pulse: progress and liveness outside the database --------------------------------
+# SQLite has one writer at a time: while an import holds its all-or-nothing write transaction,
+# the monitor thread cannot write progress or heartbeats to the job row. The monitor therefore
+# also keeps a small "pulse" file in the data dir (shared by web and workers, also across
+# containers through the data volume); pages overlay its progress and the lost-worker sweep
+# treats a fresh pulse as a live heartbeat.
+
+
+def _pulse_path(model: JobModel, pk: int) -> Path:
+    return Path(settings.DATA_DIR) / "pulse" / f"{model._meta.model_name}-{pk}.json"
+
+
+def write_pulse(model: JobModel, pk: int, fields: dict[str, Any]) -> None:
+    path = _pulse_path(model, pk)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps({"at": time.time(), **fields}))
+        os.replace(tmp, path)  # readers never see half a file
+    except OSError:
+        log.exception("could not write the pulse of %s %s", model.__name__, pk)
+
+
+def read_pulse(model: JobModel, pk: int) -> dict[str, Any] | None:
+    try:
+        return json.loads(_pulse_path(model, pk).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def clear_pulse(model: JobModel, pk: int) -> None:
+    _pulse_path(model, pk).unlink(missing_ok=True)
+
+
+def live_progress(job: Any) -> float:
+    """The progress to show: the row's, or the pulse's when the row lags behind (a worker
+    blocked from writing the row by a long SQLite transaction)."""
+    progress = float(job.progress or 0.0)
+    if job.status == JobStatus.RUNNING:
+        pulse = read_pulse(type(job), job.pk) or {}
+        progress = max(progress, float(pulse.get("progress") or 0.0))
+    return progress
+
+
+def _pulse_is_fresh(model: JobModel, pk: int) -> bool:
+    pulse = read_pulse(model, pk)
+    return pulse is not None and time.time() - float(pulse.get("at", 0)) < stale_after_s()
 
 
 def reap_stale_jobs() -> int:
@@ -94,6 +148,8 @@ def reap_stale_jobs() -> int:
     models_: tuple[JobModel, ...] = (SimulationJob, ImportJob)
     for model in models_:
         for row in model.objects.filter(status=JobStatus.RUNNING, heartbeat_at__lt=cutoff):
+            if _pulse_is_fresh(model, row.pk):
+                continue  # alive, only kept from writing its row (SQLite's single writer)
             reaped += _fail_lost(model, row, now)
     if reaped:
         log.warning("marked %d job(s) failed: worker lost", reaped)
@@ -103,9 +159,11 @@ def reap_stale_jobs() -> int:
 def finish(model: JobModel, pk: int, status: str, **fields: Any) -> bool:
     """RUNNING -> a final status. Does nothing if the row was reaped or finished meanwhile."""
     fields.setdefault("finished_at", timezone.now())
-    return bool(
+    done = bool(
         model.objects.filter(pk=pk, status=JobStatus.RUNNING).update(status=status, **fields)
     )
+    clear_pulse(model, pk)
+    return done
 
 
 class JobMonitor:
@@ -124,6 +182,7 @@ class JobMonitor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._last_beat = 0.0
+        self._pulse: dict[str, Any] = {}
         self._thread = threading.Thread(target=self._run, name=f"monitor-{pk}", daemon=True)
 
     def __enter__(self) -> JobMonitor:
@@ -155,6 +214,9 @@ class JobMonitor:
             job_fields, self._job_fields = self._job_fields, {}
             branch_fields, self._branch_fields = self._branch_fields, {}
         now = time.monotonic()
+        # The pulse first: it never waits on a database lock.
+        self._pulse.update({k: v for k, v in job_fields.items() if k in ("progress", "phase")})
+        write_pulse(self.model, self.pk, self._pulse)
         try:
             close_old_connections()
             if job_fields or now - self._last_beat >= heartbeat_interval_s():

@@ -14,7 +14,7 @@ from studio.forms.imports import ImportUploadForm
 from studio.http import HtmxHttpRequest
 from studio.models import ImportJob
 from studio.services.import_jobs import do_start_import_job
-from studio.services.job_runtime import reap_stale_jobs
+from studio.services.job_runtime import live_progress, reap_stale_jobs
 
 # htmx event sent when an import starts or ends; the upload page's "Recent imports" listens.
 IMPORTS_CHANGED = "importsChanged"
@@ -63,6 +63,8 @@ def import_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         # the safety net: a job whose worker died is failed here instead of polling forever
         if reap_stale_jobs():
             job.refresh_from_db()
+    # shown, not saved: the worker may be kept from writing the row (see job_runtime's pulse)
+    job.progress = live_progress(job)
     context = {"job": job, "project": project, "membership": membership}
     if request.htmx:
         html = render_to_string("imports/job.html#job-status", context, request=request)
