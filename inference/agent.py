@@ -49,9 +49,17 @@ def build_agent_messages(
         {"role": "user", "content": f"Task: {task_instruction or '(no instruction recorded)'}"},
     ]
     for action, observation in history:
-        messages.append({"role": "assistant", "content": f"<action>{action}</action>"})
-        messages.append({"role": "user", "content": f"Observation:\n{observation}"})
+        messages.extend(agent_turn_messages(action, observation))
     return messages
+
+
+def agent_turn_messages(action: str, observation: str) -> list[dict]:
+    """One finished step as the agent sees it: its action as its reply, the world's answer
+    as the user's next message."""
+    return [
+        {"role": "assistant", "content": f"<action>{action}</action>"},
+        {"role": "user", "content": f"Observation:\n{observation}"},
+    ]
 
 
 _THINK = re.compile(r"<think>(.*?)</think>", re.S)

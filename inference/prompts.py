@@ -36,7 +36,7 @@ answer inside `<predicted_observation>...</predicted_observation>`."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from inference.types import Message, Turn
@@ -79,6 +79,33 @@ def format_observation(turn: Turn, number: int) -> str:
     return f"{OBSERVATION_HEADER}\n{turn.observation}"
 
 
+def history_messages(
+    system_prompt: str, history: Iterable[Turn], task_instruction: str = ""
+) -> list[Message]:
+    """The system prompt and the user/assistant pair of each earlier turn: the part of the
+    prompt that every future forked after `history` shares (build it once per fork).
+    `history` is read once, so it may be a stream of turns."""
+    messages: list[Message] = []
+    if system_prompt:
+        messages.append({"role": "system", "content": system_prompt})
+    for i, turn in enumerate(history):
+        messages.extend(turn_pair(i + 1, turn, task_instruction))
+    return messages
+
+
+def turn_pair(number: int, turn: Turn, task_instruction: str = "") -> list[Message]:
+    """A finished turn as history: its user turn prompt and the assistant observation."""
+    return [
+        {"role": "user", "content": format_turn_prompt(number, turn, task_instruction)},
+        {"role": "assistant", "content": format_observation(turn, number)},
+    ]
+
+
+def current_message(number: int, turn: Turn, task_instruction: str = "") -> Message:
+    """The last user message: the turn whose observation is asked for."""
+    return {"role": "user", "content": format_turn_prompt(number, turn, task_instruction)}
+
+
 def build_messages(
     system_prompt: str,
     history: Sequence[Turn],
@@ -86,19 +113,8 @@ def build_messages(
     task_instruction: str = "",
 ) -> list[Message]:
     """Messages asking for the observation of `current`, after the `history` turns."""
-    messages: list[Message] = []
-    if system_prompt:
-        messages.append({"role": "system", "content": system_prompt})
-    for i, turn in enumerate(history):
-        number = i + 1
-        messages.append(
-            {"role": "user", "content": format_turn_prompt(number, turn, task_instruction)}
-        )
-        messages.append({"role": "assistant", "content": format_observation(turn, number)})
-    number = len(history) + 1
-    messages.append(
-        {"role": "user", "content": format_turn_prompt(number, current, task_instruction)}
-    )
+    messages = history_messages(system_prompt, history, task_instruction)
+    messages.append(current_message(len(history) + 1, current, task_instruction))
     return messages
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the test dependencies (torch CPU, transformers, Playwright, Debian chromium) and run
-# the whole suite: lint, then pytest (unit, importer, worker and browser tests).
+# the whole suite: lint, types, import contracts, then pytest (unit, importer, worker and
+# browser tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -20,4 +21,5 @@ export DEBUG=${DEBUG:-1}
 .venv/bin/ruff check studio inference tests
 .venv/bin/ruff format --check studio inference tests
 .venv/bin/mypy studio inference
+.venv/bin/lint-imports  # import contracts: see [tool.importlinter] in pyproject.toml
 .venv/bin/python -m pytest "$@"

@@ -1,11 +1,16 @@
 """The Celery application. Queues: `default` (imports, retrieval/HTTP simulations) and `gpu`
-(in-process transformers model, one model per worker process, concurrency 1)."""
+(in-process transformers model, one model per worker process, concurrency 1).
+
+Every worker sweeps for jobs of dead workers and lost messages on a timer of its own
+(`JobSweeper`): no beat process is needed, and a job is failed even when nobody opens its
+page."""
 
 from __future__ import annotations
 
 import os
+import threading
 
-from celery import Celery
+from celery import Celery, bootsteps
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 
@@ -14,8 +19,34 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["studio"])
 
 
-def queue_name(base: str) -> str:
-    """Queue names carry STUDIO_QUEUE_PREFIX so test runs never share queues with a dev worker."""
-    from django.conf import settings
+class JobSweeper(bootsteps.StartStopStep):
+    """Runs `studio.jobs.sweeper.sweep` when the worker starts, then every
+    STUDIO_JOB_STALE_S / 4 seconds, in a daemon thread of the worker's main process: it
+    sweeps while a solo-pool worker (the GPU worker) runs a job, and its database and broker
+    calls never hold up the consumer. It starts after the pool, so processes forked at start
+    never see it; each sweep closes its database connection."""
 
-    return f"{settings.STUDIO_QUEUE_PREFIX}{base}"
+    requires = {"celery.worker.components:Pool"}
+
+    def __init__(self, worker, **kwargs):
+        super().__init__(worker, **kwargs)
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self, worker):
+        self.thread = threading.Thread(target=self.loop, name="job-sweeper", daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        from studio.jobs.runtime import sweep_interval_s
+        from studio.jobs.sweeper import sweep
+
+        sweep()
+        while not self.stopping.wait(sweep_interval_s()):
+            sweep()
+
+    def stop(self, worker):
+        self.stopping.set()
+
+
+app.steps["worker"].add(JobSweeper)

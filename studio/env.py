@@ -128,6 +128,8 @@ def _filesystem_broker(data_dir: str, why: str) -> tuple[str, dict, str]:
         "data_folder_out": os.path.join(folder, "in"),
         "processed_folder": os.path.join(folder, "processed"),
         "store_processed": False,
+        # How often a worker looks for new message files (kombu's default is 1 s).
+        "polling_interval": 0.2,
         # Fanout/control exchange files; kombu's default is ./control in the working directory.
         "control_folder": os.path.join(folder, "control"),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from inference.simulation.limits import BACKENDS, DEFAULT_WORLD_MODEL, OFFLINE_BACKEND
 from studio.env import (
     ConfigError,
     choose_broker,
@@ -136,8 +137,8 @@ CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS, BROKER_DESCRIPTION = choose_
 # The longest job we allow; the broker must not redeliver a job that is still running.
 STUDIO_JOB_HARD_LIMIT_S = env_int("STUDIO_JOB_HARD_LIMIT_S", 3600, minimum=10)
 STUDIO_JOB_SOFT_LIMIT_S = max(5, STUDIO_JOB_HARD_LIMIT_S - 30)
-# A RUNNING job whose worker heartbeat is older than this is marked failed ("worker lost") when
-# a worker starts or the job is polled; workers beat every STUDIO_JOB_STALE_S / 6 seconds.
+# A job whose worker died is marked failed ("worker lost") within this many seconds by the
+# sweeper every worker runs (see studio.jobs.runtime for the heartbeat and sweep periods).
 STUDIO_JOB_STALE_S = env_int("STUDIO_JOB_STALE_S", 120, minimum=2)
 if CELERY_BROKER_URL.startswith(("redis", "unix")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": STUDIO_JOB_HARD_LIMIT_S + 600}
@@ -156,13 +157,13 @@ STUDIO_QUEUE_PREFIX = env_str("STUDIO_QUEUE_PREFIX", "") or ""
 # ---- World model ------------------------------------------------------------------------
 # Default backend for simulations when a request does not name one: the retrieval baseline
 # works offline with no model, so the demo always runs.
-WORLD_MODEL_BACKEND = env_str("WORLD_MODEL_BACKEND", "retrieval") or "retrieval"
-if WORLD_MODEL_BACKEND not in {"retrieval", "openai", "hf"}:
+WORLD_MODEL_BACKEND = env_str("WORLD_MODEL_BACKEND", OFFLINE_BACKEND) or OFFLINE_BACKEND
+if WORLD_MODEL_BACKEND not in BACKENDS:
     raise ConfigError(
-        f"WORLD_MODEL_BACKEND={WORLD_MODEL_BACKEND!r} must be retrieval, openai or hf"
+        f"WORLD_MODEL_BACKEND={WORLD_MODEL_BACKEND!r} must be one of {', '.join(BACKENDS)}"
     )
 WORLD_MODEL_BASE_URL = env_str("WORLD_MODEL_BASE_URL", "") or ""
-WORLD_MODEL_NAME = env_str("WORLD_MODEL_NAME", "Qwen/Qwen-AgentWorld-35B-A3B") or ""
+WORLD_MODEL_NAME = env_str("WORLD_MODEL_NAME", DEFAULT_WORLD_MODEL) or ""
 WORLD_MODEL_API_KEY = env_str("WORLD_MODEL_API_KEY", "EMPTY") or "EMPTY"
 WORLD_MODEL_PATH = env_str("WORLD_MODEL_PATH", "") or ""
 WORLD_MODEL_CONCURRENCY = env_int("WORLD_MODEL_CONCURRENCY", 8, minimum=1)

@@ -1,20 +1,32 @@
-"""Celery tasks: thin wrappers taking ids; the work and all state live in services and rows.
+"""Celery tasks and enqueueing. Tasks are thin: they take a job id and call the job's body in
+`studio.jobs`; all state lives in the job rows.
 
-acks_late + reject_on_worker_lost: a message is acknowledged only once its task returns, and a
-worker killed mid-task puts it back on the queue; the claim in `job_runtime.claim` makes the
-redelivery harmless (see the worker-loss policy there)."""
+acks_late + reject_on_worker_lost: a message is acknowledged only once its task returns, and
+a worker killed mid-task puts it back on the queue. Each message carries an id recorded on
+the job row (`message_id`, and `claimed_by` for the one that ran it). The claim runs a job
+once: a message for a job that already runs is ignored, and the sweeper fails a job whose
+heartbeat stopped. See `studio.jobs.runtime`.
+
+Web code enqueues with `enqueue_simulation` / `enqueue_import`: the message goes out once the
+transaction that created the job commits, never for a row that might roll back."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 from celery import shared_task
-from celery.signals import worker_ready
 from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from studio.models import ImportJob, JobStatus, SimulationJob
+from studio.queues import queue_name
 
 log = logging.getLogger(__name__)
 
 JOB_TASK_OPTIONS = {
+    "bind": True,
     "acks_late": True,
     "reject_on_worker_lost": True,
     "soft_time_limit": settings.STUDIO_JOB_SOFT_LIMIT_S,
@@ -22,42 +34,78 @@ JOB_TASK_OPTIONS = {
     "ignore_result": True,
 }
 
-
-@shared_task(name="studio.run_simulation_job", **JOB_TASK_OPTIONS)
-def run_simulation_job(job_id: int) -> None:
-    from studio.services.simulation import run_simulation
-
-    run_simulation(job_id)
+SIMULATION_TASK = "studio.run_simulation_job"
+IMPORT_TASK = "studio.run_import_job"
 
 
-@shared_task(name="studio.run_import_job", **JOB_TASK_OPTIONS)
-def run_import_job(job_id: int) -> None:
-    from studio.services.import_jobs import run_import
-
-    run_import(job_id)
-
-
-@shared_task(name="studio.reap_lost_jobs", ignore_result=True)
-def reap_lost_jobs() -> int:
-    from studio.services.job_runtime import reap_stale_jobs
-
-    return reap_stale_jobs()
-
-
-@worker_ready.connect
-def reap_jobs_of_lost_workers(sender=None, **_kwargs) -> None:
-    """Safety net without a periodic task: a starting worker fails jobs whose worker died.
-    A worker restarted at once after a crash sees the dead job's heartbeat still fresh, so it
-    also asks for one more sweep once that heartbeat must have gone stale."""
-    from django.db import connection
-
-    from studio.celery import queue_name
-    from studio.services.job_runtime import reap_stale_jobs, stale_after_s
+@shared_task(name=SIMULATION_TASK, **JOB_TASK_OPTIONS)
+def run_simulation_job(self, job_id: int) -> None:
+    from studio.jobs.simulation import run_simulation_job as body
 
     try:
-        reap_stale_jobs()
-        reap_lost_jobs.apply_async(countdown=stale_after_s() + 1, queue=queue_name("default"))
-    except Exception:  # never keep a worker from starting
-        log.exception("could not check for jobs of lost workers")
+        body(job_id, self.request.id or "")
     finally:
-        connection.close()  # do not hand an open connection to forked pool processes
+        release_memory()
+
+
+@shared_task(name=IMPORT_TASK, **JOB_TASK_OPTIONS)
+def run_import_job(self, job_id: int) -> None:
+    from studio.jobs.imports import run_import_job as body
+
+    try:
+        body(job_id, self.request.id or "")
+    finally:
+        release_memory()
+
+
+def release_memory() -> None:
+    """Give freed memory back to the system after a job (glibc keeps it in its heap), so an
+    idle worker does not keep the peak of its largest job."""
+    import ctypes
+    import gc
+
+    from django.db import reset_queries
+
+    reset_queries()  # with DEBUG on, Django logs every query (with its parameters) until then
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
+# ---- enqueueing ---------------------------------------------------------------------------
+
+
+def _send(model: type[ImportJob] | type[SimulationJob], pk: int, previous: str | None) -> bool:
+    """Record a new message id on the row, then send the message. `previous`: only if the
+    row still names that message (another sweeper may have re-sent it meanwhile)."""
+    message_id = uuid.uuid4().hex
+    rows = model.objects.filter(pk=pk, status=JobStatus.QUEUED)
+    if previous is not None:
+        rows = rows.filter(message_id=previous)
+    if not rows.update(message_id=message_id, dispatched_at=timezone.now()):
+        return False
+    if model is SimulationJob:
+        task, queue = run_simulation_job, SimulationJob.objects.get(pk=pk).queue
+    else:
+        task, queue = run_import_job, queue_name("default")
+    try:
+        task.apply_async(args=[pk], queue=queue, task_id=message_id)
+    except Exception:  # the broker is down: the sweeper sends it again once it is back
+        log.exception("could not send the message of %s %s", model.__name__, pk)
+        return False
+    return True
+
+
+def enqueue_simulation(job: SimulationJob) -> None:
+    transaction.on_commit(lambda: _send(SimulationJob, job.pk, None))
+
+
+def enqueue_import(job: ImportJob) -> None:
+    transaction.on_commit(lambda: _send(ImportJob, job.pk, None))
+
+
+def redispatch(model: type[ImportJob] | type[SimulationJob], pk: int, previous: str) -> bool:
+    """Send a queued job's message again (the sweeper found the old one lost)."""
+    return _send(model, pk, previous)

@@ -8,6 +8,8 @@ import pytest
 from django.conf import settings
 
 from studio.models import Membership, Project, Role
+from tests.support.jobs import drain_jobs
+from tests.support.worker import purge_test_queues
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -18,6 +20,25 @@ def _isolated_queues():
     # takes test jobs, and two runs never see each other's jobs.
     settings.STUDIO_QUEUE_PREFIX = f"test{os.getpid()}-"
     yield
+    purge_test_queues()
+
+
+@pytest.fixture(autouse=True)
+def _drain_jobs(request):
+    """A test whose data a worker can see (transactional) ends only when no job of it can
+    still write: its database is flushed next (TRUNCATE on PostgreSQL), and a job writing
+    meanwhile deadlocks with it and breaks the next test's set-up."""
+    db_mark = request.node.get_closest_marker("django_db")
+    transactional = db_mark is not None and (
+        db_mark.kwargs.get("transaction") or (db_mark.args and db_mark.args[0])
+    )
+    uses_live_db = {"live_server", "transactional_db"} & set(request.fixturenames)
+    if request.node.get_closest_marker("worker") is None and not (transactional or uses_live_db):
+        yield
+        return
+    request.getfixturevalue("transactional_db")  # set up before this, flushed after it
+    yield
+    drain_jobs()
 
 
 @pytest.fixture

@@ -1,15 +1,15 @@
-"""The simulate-from-here form: every field validated server side with a clear message."""
+"""The simulate-from-here form: it parses what the browser sends and shows the request's
+errors on the fields they name (the rules themselves: tests/test_simulation_request.py)."""
 
 import json
 
-from django.test import override_settings
-
+from inference.simulation.request import Defaults, ForkFacts
 from studio.forms.branching import ACTION_SNIPPETS, SimulateForm
 from studio.models import Domain
 
 VALID = {
     "action": "ls -la",
-    "action_kind": "auto",
+    "action_format": "auto",
     "mode": "next",
     "max_steps": "",
     "n": "3",
@@ -23,113 +23,69 @@ VALID = {
 }
 
 
-def form(domain="terminal", steps_after=3, **changes):
-    return SimulateForm({**VALID, **changes}, domain=domain, steps_after=steps_after)
+PLAIN = Defaults()
+
+
+def form(domain="terminal", steps=5, index=1, defaults=PLAIN, **changes):
+    fork = ForkFacts(
+        step_count=steps, recorded_action="ls" if index < steps else None, domain=domain
+    )
+    return SimulateForm({**VALID, **changes}, fork_index=index, fork=fork, defaults=defaults)
 
 
 def errors(f):
     return {k: " ".join(v) for k, v in f.errors.items()}
 
 
-def test_valid_text_action_kept_as_typed():
-    f = form(action="grep -n 'x' file.txt   \n")
+def test_valid_input_becomes_the_request():
+    f = form(action="grep -n 'x' file.txt   \r\n", seed="7", temperature="0")
     assert f.is_valid(), f.errors
-    assert f.cleaned_data["action"] == "grep -n 'x' file.txt"
-    assert f.cleaned_data["max_steps"] == 1
-    assert f.sampling_params() == {
-        "temperature": 0.7,
+    req = f.cleaned_data["request"]
+    assert (req.fork_index, req.action, req.n) == (1, "grep -n 'x' file.txt", 3)
+    assert req.sampling.as_dict() == {
+        "temperature": 0.0,
         "top_p": 0.95,
         "max_tokens": 64,
-        "seed": None,
+        "seed": 7,
+    }
+    assert req.edited
+
+
+def test_request_errors_land_on_their_fields():
+    f = form(n="65", top_p="1.5", action="", max_tokens="0")
+    assert not f.is_valid()
+    assert errors(f) == {
+        "n": "n (the number of futures) must be 1 to 64, got 65.",
+        "top_p": "top_p must be in (0, 1], got 1.5.",
+        "action": "the action is empty: write what the agent does at this step.",
+        "max_tokens": "max_tokens must be 1 to 32768, got 0.",
     }
 
 
-def test_json_action_pretty_printed():
-    f = form(domain="mcp", action='{"name":"get_weather","arguments":{"city":"Lyon"}}')
+def test_parse_errors_come_first_and_the_rest_is_still_checked():
+    f = form(n="three", temperature="5")
+    assert "Enter a whole number." in errors(f)["n"]
+    assert errors(f)["temperature"] == "temperature must be in [0, 2], got 5.0."
+
+
+def test_mode_rules_show_on_the_mode_field():
+    assert "needs recorded steps after step 4" in errors(form(mode="replay", index=4))["mode"]
+    f = form(mode="rollout", max_steps="3")
+    assert "needs an agent model" in errors(f)["mode"]
+    assert form(mode="rollout", max_steps="3", defaults=Defaults(agent_available=True)).is_valid()
+    assert "is required" in errors(form(mode="rollout"))["max_steps"]
+
+
+def test_backend_defaults_show_as_placeholders_and_fill_blanks():
+    served = Defaults(backend="openai", openai_model="served-model", base_url="http://h:9/v1")
+    f = form(defaults=served, backend="openai")
+    assert f.fields["backend"].initial == "openai"
+    assert f.fields["model"].widget.attrs["placeholder"] == "served-model"
+    assert f.fields["base_url"].widget.attrs["placeholder"] == "http://h:9/v1"
     assert f.is_valid(), f.errors
-    assert f.cleaned_data["action"] == json.dumps(
-        {"name": "get_weather", "arguments": {"city": "Lyon"}}, indent=2
-    )
-
-
-def test_broken_json_names_line_and_column():
-    f = form(domain="mcp", action='{"name": "x",\n "arguments": {oops}}')
-    assert not f.is_valid()
-    msg = errors(f)["action"]
-    assert "not valid JSON at line 2, column" in msg
-    assert "Free text" in msg  # auto mode tells how to send it as text
-
-
-def test_shell_test_bracket_is_text_but_json_kind_is_enforced():
-    assert form(action="[ -f setup.py ] && echo yes").is_valid()
-    f = form(action="ls", action_kind="json")
-    assert not f.is_valid() and "not valid JSON" in errors(f)["action"]
-    assert form(action="ls {a,b}", action_kind="text").is_valid()
-
-
-def test_empty_action_rejected():
-    f = form(action="   \n")
-    assert "The action is empty" in errors(f)["action"]
-
-
-def test_number_of_futures_bounds():
-    assert form(n="64").is_valid()
-    assert "between 1 and 64 (got 65)" in errors(form(n="65"))["n"]
-    assert "between 1 and 64 (got 0)" in errors(form(n="0"))["n"]
-    assert "whole number" in errors(form(n="three"))["n"]
-
-
-def test_sampling_bounds():
-    assert "Temperature must be between 0 and 2" in errors(form(temperature="2.5"))["temperature"]
-    assert "top_p must be above 0" in errors(form(top_p="0"))["top_p"]
-    assert "max_tokens must be between 1 and 32768" in errors(form(max_tokens="0"))["max_tokens"]
-    assert "Seed must be between" in errors(form(seed="-1"))["seed"]
-    f = form(seed="7", temperature="0")
-    assert f.is_valid() and f.sampling_params()["seed"] == 7
-
-
-def test_replay_needs_later_steps():
-    f = form(mode="replay", steps_after=0)
-    assert "needs recorded steps after this one" in errors(f)["mode"]
-    f = form(mode="replay", steps_after=3, max_steps="40")
-    assert f.is_valid(), f.errors
-    assert f.cleaned_data["max_steps"] == 1  # replay redoes every later step; no budget
-
-
-@override_settings(AGENT_MODEL_BASE_URL="http://127.0.0.1:9/v1")
-def test_rollout_needs_step_budget():
-    assert "needs a number of steps" in errors(form(mode="rollout"))["max_steps"]
-    assert "1 to 50 steps (got 51)" in errors(form(mode="rollout", max_steps="51"))["max_steps"]
-    f = form(mode="rollout", max_steps="5")
-    assert f.is_valid() and f.cleaned_data["max_steps"] == 5
-
-
-@override_settings(AGENT_MODEL_BASE_URL="")
-def test_rollout_without_agent_server_is_explained():
-    assert "needs an agent model server" in errors(form(mode="rollout", max_steps="3"))["mode"]
-    assert form(mode="rollout", max_steps="1").is_valid()  # one step needs no agent
-
-
-@override_settings(WORLD_MODEL_BASE_URL="", WORLD_MODEL_NAME="served-model", WORLD_MODEL_PATH="")
-def test_backend_requirements_and_defaults():
-    f = form(backend="openai")
-    assert "needs the base URL" in errors(f)["base_url"]
-    f = form(backend="openai", base_url="ftp://x")
-    assert "must start with http:// or https://" in errors(f)["base_url"]
-    f = form(backend="openai", base_url="http://127.0.0.1:9/v1/")
-    assert f.is_valid(), f.errors
-    assert f.cleaned_data["base_url"] == "http://127.0.0.1:9/v1"
-    assert f.cleaned_data["model"] == "served-model"  # the settings default
-    f = form(backend="hf", model="/tmp/tiny", base_url="http://ignored")
-    assert f.is_valid() and f.cleaned_data["base_url"] == ""
-    f = form(backend="retrieval", model="whatever")
-    assert f.is_valid() and f.cleaned_data["model"] == ""
+    assert f.cleaned_data["request"].world_model.model == "served-model"
+    assert "needs the base URL" in errors(form(backend="openai"))["base_url"]
     assert "Select a valid choice" in errors(form(backend="vllm"))["backend"]
-
-
-@override_settings(WORLD_MODEL_NAME="", WORLD_MODEL_PATH="")
-def test_hf_without_any_model_is_an_error():
-    assert "needs a model path or hub id" in errors(form(backend="hf"))["model"]
 
 
 def test_every_domain_has_snippets_and_json_ones_parse():

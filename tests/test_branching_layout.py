@@ -2,13 +2,17 @@
 
 import random
 
+from django.utils.safestring import SafeData
+
+from studio.presenters.diff import diff_html
 from studio.services.branches import (
+    WORD_DIFF_LIMIT,
     TreeNode,
     layout_tree,
-    line_diff,
+    line_pieces,
     shared_prefix_length,
     similarity,
-    word_diff,
+    word_pieces,
 )
 
 
@@ -78,20 +82,60 @@ def test_layout_survives_deep_chains_and_orphans():
 
 
 def test_word_diff_marks_changes_and_escapes():
-    html = str(word_diff("the cat sat", "the <b>dog</b> sat"))
+    html = str(diff_html(word_pieces("the cat sat", "the <b>dog</b> sat")))
     assert "<del>cat</del>" in html
     assert "<ins>&lt;b&gt;dog&lt;/b&gt;</ins>" in html
     assert "<b>" not in html
-    assert str(word_diff("same", "same")) == "same"
+    assert str(diff_html(word_pieces("same", "same"))) == "same"
 
 
 def test_line_diff_and_similarity():
-    html = str(line_diff("a\nb\nc\n", "a\nB\nc\n"))
+    html = str(diff_html(line_pieces("a\nb\nc\n", "a\nB\nc\n")))
     assert "<del>b\n</del><ins>B\n</ins>" in html
     assert similarity("x y z", "x y z") == 1.0
     assert 0 < similarity("one two three", "one two four") < 1
     big = "line <x>\n" * 4000
-    assert "&lt;x&gt;" in str(word_diff(big, big + "extra\n"))  # falls back to lines
+    assert len(big) * 2 > WORD_DIFF_LIMIT
+    assert "&lt;x&gt;" in str(diff_html(word_pieces(big, big + "extra\n")))  # falls back to lines
+    assert word_pieces(big, big + "extra\n") == line_pieces(big, big + "extra\n")
+
+
+def test_diff_pieces_are_plain_data():
+    """The service returns (op, text) pieces of plain str: no HTML, no SafeString."""
+    pieces = word_pieces("the cat sat", "the <b>dog</b> sat")
+    assert pieces == [
+        ("equal", "the "),
+        ("delete", "cat"),
+        ("insert", "<b>dog</b>"),
+        ("equal", " sat"),
+    ]
+    assert line_pieces("a\nb\nc\n", "a\nB\nc\n") == [
+        ("equal", "a\n"),
+        ("delete", "b\n"),
+        ("insert", "B\n"),
+        ("equal", "c\n"),
+    ]
+    for op, text in pieces + line_pieces("<x>\n", "<y>\n"):
+        assert op in {"equal", "delete", "insert"}
+        assert type(text) is str and not isinstance(text, SafeData)
+    assert word_pieces("", "") == [] and line_pieces("same", "same") == [("equal", "same")]
+
+
+def test_presenter_escapes_script_in_both_diff_modes():
+    evil = "<script>alert('x & y')</script>"
+    for html in (
+        diff_html(word_pieces("ok <script>old()</script>", "ok " + evil)),
+        diff_html(line_pieces("ok\n<script>old()</script>\n", "ok\n" + evil + "\n")),
+        diff_html([("equal", evil), ("delete", evil), ("insert", evil)]),
+    ):
+        assert isinstance(html, SafeData)
+        assert "<script" not in html and "</script" not in html
+        assert "&lt;script&gt;" in html
+        assert "<del>" in html and "<ins>" in html
+        assert "&amp;" in html and "&#x27;" in html
+    assert str(diff_html(line_pieces("a\n", evil + "\n"))) == (
+        "<del>a\n</del><ins>&lt;script&gt;alert(&#x27;x &amp; y&#x27;)&lt;/script&gt;\n</ins>"
+    )
 
 
 def test_shared_prefix_from_lineages():

@@ -12,7 +12,7 @@ from tests.support.branching import MCP_STEPS, make_child, make_job, make_trajec
 
 EDITOR_POST = {
     "action": "ls -la",
-    "action_kind": "auto",
+    "action_format": "auto",
     "mode": "next",
     "max_steps": "",
     "n": "3",
@@ -114,9 +114,9 @@ def test_editor_errors_are_shown_and_nothing_is_created(researcher_client, traj)
     r = researcher_client.post(url, bad)
     assert r.status_code == 400
     html = r.content.decode()
-    assert "between 1 and 64 (got 65)" in html
-    assert "The action is empty" in html
-    assert "top_p must be above 0 and at most 1" in html
+    assert "n (the number of futures) must be 1 to 64, got 65." in html
+    assert "the action is empty: write what the agent does at this step." in html
+    assert "top_p must be in (0, 1], got 1.5." in html
     assert SimulationJob.objects.count() == 0 and Branch.objects.count() == 1
 
 
@@ -158,12 +158,15 @@ def test_job_page_streams_progress_then_stops_polling(researcher_client, traj):
     job = make_job(root, 1, n=2, status="running")
     a = make_child(root, 1, [], job=job, status="running", sample_index=0, name="future A")
     b = make_child(root, 1, [], job=job, status="queued", sample_index=1, name="future B")
-    Branch.objects.filter(pk=a.pk).update(
-        progress={
-            "phase": "decoding",
-            "tokens_out": 17,
-            "tokens_per_s": 42.5,
-            "text": "<think>hmm <b>x</b></think><predicted_observation>partial <i>",
+    # the worker's monitor keeps each future's live state on the job row, by sample index
+    SimulationJob.objects.filter(pk=job.pk).update(
+        live={
+            "0": {
+                "phase": "decoding",
+                "tokens_out": 17,
+                "tokens_per_s": 42.5,
+                "text": "<think>hmm <b>x</b></think><predicted_observation>partial <i>",
+            }
         }
     )
     url = reverse("simulation_job", args=[job.pk])
@@ -414,10 +417,14 @@ def test_recorded_branch_and_running_branches_are_not_deleted(researcher_client,
     assert Branch.objects.filter(pk=a.pk).exists()
 
 
-def test_polling_a_job_whose_worker_died_marks_it_failed(researcher_client, traj, settings):
+def test_polling_never_writes_and_the_sweeper_fails_a_job_whose_worker_died(
+    researcher_client, traj, settings
+):
     from datetime import timedelta
 
     from django.utils import timezone
+
+    from studio.jobs.sweeper import reap_stale_jobs
 
     t, root = traj
     settings.STUDIO_JOB_STALE_S = 30
@@ -426,13 +433,19 @@ def test_polling_a_job_whose_worker_died_marks_it_failed(researcher_client, traj
     SimulationJob.objects.filter(pk=job.pk).update(
         heartbeat_at=timezone.now() - timedelta(minutes=5)
     )
-    r = researcher_client.get(
-        reverse("simulation_job", args=[job.pk]), headers={"HX-Request": "true"}
-    )
+    url = reverse("simulation_job", args=[job.pk])
+    r = researcher_client.get(url, headers={"HX-Request": "true"})
+    assert r.status_code == 200  # still polling: the page only reads the row
+    assert "No heartbeat from its worker for 300 s" in r.content.decode()
+    job.refresh_from_db()
+    assert job.status == "running" and job.error == ""
+    assert reap_stale_jobs() == 1  # what every worker's timer runs
+    r = researcher_client.get(url, headers={"HX-Request": "true"})
     assert r.status_code == 286
     job.refresh_from_db()
-    assert job.status == "failed" and "worker" in job.error
-    assert "job-retry" in r.content.decode()
+    assert job.status == "failed" and "stopped without finishing" in job.error
+    html = r.content.decode()
+    assert "job-retry" in html and "No heartbeat" not in html
 
 
 def test_job_page_shows_a_bounded_number_of_steps(
@@ -555,3 +568,35 @@ def test_job_of_one_future_compares_it_with_its_parent(researcher_client, traj):
     compare = researcher_client.get(link)
     assert compare.status_code == 200
     assert compare.content.decode().count("<th data-branch-id=") == 2
+
+
+def test_cancelling_a_job_whose_worker_died_ends_it_cancelled(researcher_client, traj, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from studio.jobs.sweeper import reap_stale_jobs
+
+    t, root = traj
+    settings.STUDIO_JOB_STALE_S = 30
+    old = timezone.now() - timedelta(minutes=5)
+    silent = make_job(root, 1, n=1, status="running")
+    make_child(root, 1, [], job=silent, status="running", name="silent")
+    SimulationJob.objects.filter(pk=silent.pk).update(heartbeat_at=old)
+    r = researcher_client.post(reverse("simulation_job_cancel", args=[silent.pk]), follow=True)
+    silent.refresh_from_db()
+    assert silent.status == "cancelled" and silent.error.startswith("Cancelled. Its worker had")
+    assert list(silent.branches.values_list("status", flat=True)) == ["cancelled"]
+    assert "Cancelled" in r.content.decode()
+    # a cancel asked while the worker was alive, then the worker died: the sweeper says
+    # cancelled too, not failed
+    alive = make_job(root, 2, n=1, status="running")
+    make_child(root, 2, [], job=alive, status="running", name="alive", sample_index=0)
+    SimulationJob.objects.filter(pk=alive.pk).update(heartbeat_at=timezone.now())
+    researcher_client.post(reverse("simulation_job_cancel", args=[alive.pk]))
+    alive.refresh_from_db()
+    assert alive.status == "running" and alive.cancel_requested
+    SimulationJob.objects.filter(pk=alive.pk).update(heartbeat_at=old)
+    assert reap_stale_jobs() == 1
+    alive.refresh_from_db()
+    assert alive.status == "cancelled" and alive.phase == "cancelled"

@@ -5,6 +5,7 @@ agent; a remote model API cannot run here)."""
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 
@@ -41,8 +42,7 @@ THINKING = (
     "The shell runs the command and prints its output, nothing else changes. "
     "Let me write what the terminal shows."
 )
-# A long observation: streamed in 4-character chunks it takes a few seconds, so the page sees
-# it while it is being written.
+# A long observation, streamed in 4-character chunks.
 LISTING = "\n".join(
     f"-rw-r--r-- 1 user user {100 + i:5d} Nov 30 12:00 file_{i:02d}.py" for i in range(12)
 )
@@ -50,8 +50,7 @@ LISTING = "\n".join(
 
 @pytest.fixture(scope="module")
 def fake_model():
-    # Slow chunks so that the page sees the text arrive piece by piece.
-    with fake_openai_server(responder, chunk_delay_s=0.04) as srv:
+    with fake_openai_server(responder) as srv:
         yield srv
 
 
@@ -95,30 +94,40 @@ def test_live_streaming_of_the_world_model_text(
     page, live_server, login, project, worker, fake_model
 ):
     trajectory, root = make_trajectory(project, key="stream")
-    job = start(
-        page,
-        live_server,
-        login,
-        trajectory,
-        root,
-        1,
-        action="cat setup.py",
-        n=2,
-        backend="openai",
-        base_url=str(fake_model),
-        model="fake",
-        max_tokens=64,
-    )
-    # While decoding, the running branches show their text so far and the phase, updated
-    # by polling (no reload).
-    page.wait_for_selector(".job-branch .stream-thinking", timeout=60_000)
-    thinking = page.inner_text(".job-branch .stream-thinking")
-    assert thinking and THINKING.startswith(thinking)  # the thinking so far, as it came
-    page.wait_for_selector(".job-branch .stream-observation", timeout=60_000)
-    so_far = page.inner_text(".job-branch .stream-observation")
-    full = f"world ran [cat setup.py] ok\n{LISTING}"
-    assert so_far and full.startswith(so_far)
-    assert "decoding" in page.inner_text(".job-branch")
+    # The streams stop twice, in the thinking and in the observation, until the page has
+    # shown each: the page sees the text arrive piece by piece, with no timing involved.
+    in_thinking, in_observation = threading.Event(), threading.Event()
+    fake_model.holds = {10: in_thinking, 60: in_observation}
+    try:
+        job = start(
+            page,
+            live_server,
+            login,
+            trajectory,
+            root,
+            1,
+            action="cat setup.py",
+            n=2,
+            backend="openai",
+            base_url=str(fake_model),
+            model="fake",
+            max_tokens=64,
+        )
+        # While decoding, the running branches show their text so far and the phase,
+        # updated by polling (no reload).
+        page.wait_for_selector(".job-branch .stream-thinking", timeout=60_000)
+        thinking = page.inner_text(".job-branch .stream-thinking")
+        assert thinking and THINKING.startswith(thinking) and thinking != THINKING  # so far
+        assert "decoding" in page.inner_text(".job-branch")
+        in_thinking.set()
+        page.wait_for_selector(".job-branch .stream-observation", timeout=60_000)
+        so_far = page.inner_text(".job-branch .stream-observation")
+        full = f"world ran [cat setup.py] ok\n{LISTING}"
+        assert so_far and full.startswith(so_far) and so_far != full
+    finally:
+        in_thinking.set()
+        in_observation.set()
+        fake_model.holds = {}
     finished(page, job)
     obs = page.inner_text(".job-branch .sim-observation")
     assert "world ran [cat setup.py] ok" in obs

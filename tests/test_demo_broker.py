@@ -70,8 +70,8 @@ def test_worker_on_the_filesystem_broker_runs_an_import(transactional_db, projec
                 sys.executable,
                 "-c",
                 "import django; django.setup(); "
-                "from studio.services.import_jobs import enqueue_import; "
-                f"enqueue_import({job.pk})",
+                "from studio.models import ImportJob; from studio.tasks import enqueue_import; "
+                f"enqueue_import(ImportJob.objects.get(pk={job.pk}))",
             ],
             cwd=ROOT,
             env=worker_env(env),

@@ -12,13 +12,17 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from inference.prompts import reference_messages
+from inference.simulation.runner import run_simulation
+from inference.simulation.sink import MemorySink
 from studio.demo_data.build_demo_data import main as build_demo_files
+from studio.jobs.simulation import world_context
 from studio.management.commands.load_demo import DEMO_DIR, DEMO_PASSWORD, demo_files
 from studio.models import DOMAINS, Membership, Project, Step, Trajectory
 from studio.rendering import detect_kind
 from studio.rendering.ansi import has_ansi
 from studio.services.imports import do_import_file
-from studio.services.world_model import build_messages_for, current_turn, history_turns
+from studio.services.simulation import build_request
+from tests.support.fake_backends import ScriptedBackend
 
 # What each domain's demo must show off: the renderer kinds its observations exercise.
 EXPECTED_KINDS = {
@@ -109,10 +113,12 @@ def test_agentworldbench_demo_rebuilds_the_files_prompts_byte_for_byte():
             recorded = steps[k - 1]
             assert "**Environment Observation:**" not in recorded.observation
             assert "### Turn" not in recorded.action
-            messages = build_messages_for(
-                trajectory, history_turns(steps, k - 1), current_turn(recorded, recorded.action)
-            )
-            assert messages == reference_messages(row), (path.name, k)
+            # the prompt the runner sends for that step, with the recorded action
+            branch = trajectory.root_branch
+            backend = ScriptedBackend()
+            request = build_request(branch, {"fork_index": k - 1})
+            run_simulation(request, world_context(branch, k - 1), backend, MemorySink())
+            assert backend.requests[0].messages == reference_messages(row), (path.name, k)
 
 
 @pytest.mark.django_db

@@ -1,5 +1,7 @@
 """The upload page's "Recent imports" list follows uploads without a reload."""
 
+import json
+
 from django.urls import reverse
 
 from studio.models import ImportJob, JobStatus
@@ -34,4 +36,4 @@ def test_finished_job_fragment_tells_the_page_to_refresh_its_list(researcher_cli
     ImportJob.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, error="bad line 3")
     done = researcher_client.get(url, **HTMX)
     assert done.status_code == 286  # stop polling
-    assert done["HX-Trigger"] == "importsChanged"
+    assert json.loads(done["HX-Trigger"]) == {"importsChanged": {}}

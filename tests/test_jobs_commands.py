@@ -32,7 +32,7 @@ def test_simulate_wait_prints_the_predictions(project, default_worker):  # noqa:
 
 def test_simulate_wait_exits_non_zero_on_failure(project, default_worker):  # noqa: F811
     trajectory = make_trajectory(project)
-    with fake_openai_server(lambda b, i: (500, "GPU fell off the bus")) as srv:
+    with fake_openai_server(lambda b, i: (400, "model m is not served here")) as srv:
         with pytest.raises(CommandError, match="failed: The openai backend failed"):
             call_command(
                 "simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--n", "1",

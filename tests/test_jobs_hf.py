@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from studio.models import JobStatus, Step
-from studio.services.simulation import do_start_simulation
-from tests.support.jobs import make_trajectory, wait_job
+from tests.support.jobs import make_trajectory, start_job, wait_job
 from tests.support.tiny_model import tiny_model_path  # noqa: F401
 from tests.support.worker import running_worker
 
@@ -16,7 +15,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker, pytes
 
 def test_hf_job_runs_on_the_gpu_queue(project, settings, tiny_model_path):  # noqa: F811
     trajectory = make_trajectory(project)
-    job = do_start_simulation(
+    job = start_job(
         user=None,
         branch=trajectory.root_branch,
         fork_index=2,

@@ -7,42 +7,15 @@ import re
 from pathlib import Path
 
 import pytest
-from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from studio.models import ImportJob, JobStatus, Step, Trajectory
+from tests.support.imports import HX, native_file, upload
 from tests.support.jobs import default_worker, wait_job  # noqa: F401
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
-
-HX = {"HTTP_HX_REQUEST": "true"}
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 
-def native_file(n_trajectories: int = 2, steps: int = 3) -> bytes:
-    data = {
-        "format": "agentworld-studio/v1",
-        "trajectories": [
-            {
-                "title": f"Orchard inventory {t}",
-                "domain": "terminal",
-                "task_instruction": "Count the pear crates in the depot.",
-                "steps": [
-                    {"action": f"wc -l crates-{t}-{i}.csv", "observation": f"{10 * i + t} crates"}
-                    for i in range(steps)
-                ],
-            }
-            for t in range(n_trajectories)
-        ],
-    }
-    return json.dumps(data).encode()
-
-
-def upload(client, project, content: bytes, name: str = "orchard.json", **extra):
-    url = reverse("import_upload", kwargs={"project_id": project.pk})
-    return client.post(url, {"file": SimpleUploadedFile(name, content), **extra}, **HX)
-
-
-@pytest.mark.worker
 def test_upload_imports_through_the_worker(researcher_client, project, default_worker):  # noqa: F811
     response = upload(researcher_client, project, native_file(), format="agentworld-studio/v1")
     assert response.status_code == 200
@@ -75,7 +48,6 @@ def test_upload_imports_through_the_worker(researcher_client, project, default_w
     assert (again.trajectories_created, again.trajectories_skipped) == (0, 2)
 
 
-@pytest.mark.worker
 def test_malformed_file_fails_clearly_and_writes_nothing(
     researcher_client,
     project,
@@ -94,78 +66,6 @@ def test_malformed_file_fails_clearly_and_writes_nothing(
     assert "observation" in polled.content.decode() and "import-error" in polled.content.decode()
 
 
-def test_running_job_polls_and_escapes(researcher_client, project):
-    job = ImportJob.objects.create(
-        project=project,
-        original_name="<img src=x onerror=alert(1)>.json",
-        stored_path="/nonexistent",
-        status=JobStatus.RUNNING,
-        progress=0.42,
-    )
-    from django.utils import timezone
-
-    ImportJob.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now())
-    response = researcher_client.get(reverse("import_job", kwargs={"job_id": job.pk}), **HX)
-    assert response.status_code == 200
-    html = response.content.decode()
-    assert 'hx-trigger="every 500ms"' in html and "width: 42%" in html
-    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
-
-
-def test_stale_running_job_is_failed_when_polled(researcher_client, project, settings):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    settings.STUDIO_JOB_STALE_S = 5
-    job = ImportJob.objects.create(
-        project=project, original_name="big.jsonl", stored_path="/x", status=JobStatus.RUNNING
-    )
-    old = timezone.now() - timedelta(seconds=60)
-    ImportJob.objects.filter(pk=job.pk).update(heartbeat_at=old, started_at=old)
-    response = researcher_client.get(reverse("import_job", kwargs={"job_id": job.pk}), **HX)
-    assert response.status_code == 286
-    job.refresh_from_db()
-    assert job.status == JobStatus.FAILED and "worker" in job.error
-    assert "stopped without finishing" in response.content.decode()
-
-
-def test_form_errors_and_permissions(client, researcher_client, project, settings):
-    url = reverse("import_upload", kwargs={"project_id": project.pk})
-    page = researcher_client.get(url)
-    assert page.status_code == 200
-    html = page.content.decode()
-    assert 'hx-encoding="multipart/form-data"' in html and "js/imports.js" in html
-    assert "agentworld-studio/v1" in html  # formats offered from list_formats()
-    empty = upload(researcher_client, project, b"", name="empty.json")
-    assert empty.status_code == 400 and "The submitted file is empty" in empty.content.decode()
-    bad_format = upload(researcher_client, project, b"{}", format="no-such-format")
-    assert bad_format.status_code == 400 and "Select a valid choice" in bad_format.content.decode()
-    settings.STUDIO_MAX_UPLOAD_BYTES = 10
-    too_big = upload(researcher_client, project, b"x" * 50, name="big.json")
-    assert too_big.status_code == 400 and "the limit is" in too_big.content.decode()
-    assert not ImportJob.objects.exists()
-
-    client.force_login(project.users["annotator"])
-    assert client.get(url).status_code == 403
-    assert upload(client, project, native_file()).status_code == 403
-    client.force_login(project.outsider)
-    assert client.get(url).status_code == 404
-    job = ImportJob.objects.create(project=project, original_name="a.json", stored_path="/x")
-    assert client.get(reverse("import_job", kwargs={"job_id": job.pk})).status_code == 404
-    assert not Trajectory.objects.exists()
-
-    # without JavaScript the form posts normally and lands on the job page
-    settings.STUDIO_MAX_UPLOAD_BYTES = 10**6
-    client.force_login(project.users["admin"])
-    plain = client.post(url, {"file": SimpleUploadedFile("plain.json", native_file())})
-    new_job = ImportJob.objects.get(original_name="plain.json")
-    assert plain.status_code == 302 and plain["Location"] == f"/imports/{new_job.pk}/"
-    page = client.get(plain["Location"]).content.decode()
-    assert 'hx-trigger="every 500ms"' in page and "Waiting for a worker" in page
-
-
-@pytest.mark.worker
 def test_import_progress_shows_while_the_atomic_import_runs(
     researcher_client,
     project,

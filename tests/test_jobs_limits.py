@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from studio.models import JobStatus, Step
-from studio.services.simulation import do_start_simulation
 from tests.support.fake_openai import fake_openai_server
-from tests.support.jobs import make_trajectory, wait_job
+from tests.support.jobs import make_trajectory, start_job, wait_job
 from tests.support.worker import running_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -20,7 +19,7 @@ def test_job_past_its_time_limit_fails_readably(project):
     env = {"STUDIO_JOB_HARD_LIMIT_S": "10"}
     with fake_openai_server(lambda b, i: slow, chunk_delay_s=0.05) as srv:
         with running_worker(("default",), extra_env=env):
-            job = do_start_simulation(
+            job = start_job(
                 user=None,
                 branch=trajectory.root_branch,
                 fork_index=1,
@@ -32,7 +31,7 @@ def test_job_past_its_time_limit_fails_readably(project):
             )
             job = wait_job(job, timeout=60)
     assert job.status == JobStatus.FAILED
-    assert job.error.startswith("Stopped: the job ran past the time limit of 5 s")
+    assert job.error.startswith("Stopped: the job ran past its time limit of 5 s")
     assert (job.finished_at - job.started_at).total_seconds() < 10
     assert set(job.branches.values_list("status", flat=True)) == {"failed"}
     assert not Step.objects.filter(branch__job=job).exists()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from inference.prompts import reference_messages
-from studio.models import JobStatus, Step, Trajectory
+from studio.models import JobStatus, SimulationJob, Step, Trajectory
 from studio.services.imports import do_import_file
-from studio.services.simulation import do_cancel_job, do_start_simulation
+from studio.services.simulation import cancel_simulation
 from tests.support.fake_openai import fake_openai_server
-from tests.support.jobs import AWB_DIR, make_trajectory, read_awb_rows, wait_job
+from tests.support.jobs import AWB_DIR, make_trajectory, read_awb_rows, start_job, wait_job
 from tests.support.worker import running_worker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -64,11 +64,10 @@ def test_awb_prompts_are_the_reference_and_odd_outputs_parse(project, script, fr
         12: "no tags at all: 12",
     }
     script.fn = lambda body, i: outputs[body["seed"]]
-    job = do_start_simulation(
+    job = start_job(
         user=None,
         branch=trajectory.root_branch,
         fork_index=2,
-        action="",  # the recorded action
         n=3,
         backend="openai",
         base_url=fresh.base_url,
@@ -99,7 +98,7 @@ def test_awb_prompts_are_the_reference_and_odd_outputs_parse(project, script, fr
     script.fn = lambda body, i: "<predicted_observation>12</predicted_observation>"
     edited = "grep -c '/orchard/pears' /srv/logs/access.log"
     job = wait_job(
-        do_start_simulation(
+        start_job(
             user=None,
             branch=trajectory.root_branch,
             fork_index=1,
@@ -142,7 +141,7 @@ def test_rollout_agent_proposes_until_final_answer(project, script, fresh, opena
         return "<predicted_observation>app.py</predicted_observation>"
 
     script.fn = respond
-    job = do_start_simulation(
+    job = start_job(
         user=None,
         branch=trajectory.root_branch,
         fork_index=1,
@@ -175,7 +174,7 @@ def test_cancel_stops_a_running_job(project, openai_worker):
     trajectory = make_trajectory(project)
     slow = "<predicted_observation>" + "tick " * 200 + "</predicted_observation>"
     with fake_openai_server(lambda b, i: slow, chunk_delay_s=0.05) as srv:
-        job = do_start_simulation(
+        job = start_job(
             user=None,
             branch=trajectory.root_branch,
             fork_index=2,
@@ -186,14 +185,15 @@ def test_cancel_stops_a_running_job(project, openai_worker):
             model="m",
         )
 
-        # live progress shows on the branches while they decode
+        # live progress of each future shows on the job row while they decode
         def streaming():
-            return [b.progress for b in job.branches.all() if "tick" in b.progress.get("text", "")]
+            live = SimulationJob.objects.get(pk=job.pk).live or {}
+            return [p for p in live.values() if "tick" in p.get("text", "")]
 
         progress = wait_for(streaming, timeout=60)[0]
         assert progress["phase"] == "decoding" and "tick" in progress["text"]
         assert progress["tokens_per_s"] > 0
-        do_cancel_job(job)
+        cancel_simulation(job)
         job = wait_job(job, timeout=30)
     assert job.status == JobStatus.CANCELLED
     assert set(job.branches.values_list("status", flat=True)) == {"cancelled"}
@@ -204,7 +204,7 @@ def test_backend_failure_is_readable(project, openai_worker):
     trajectory = make_trajectory(project)
     with fake_openai_server(lambda b, i: (400, "model 'nope' does not exist")) as srv:
         job = wait_job(
-            do_start_simulation(
+            start_job(
                 user=None,
                 branch=trajectory.root_branch,
                 fork_index=0,

@@ -1,143 +1,148 @@
-"""Simulation jobs through a real Celery worker and the real Redis broker."""
+"""Simulation jobs: the job body in-process against the database (the rows a worker leaves),
+and the real path through a Celery worker and the broker."""
 
 from __future__ import annotations
 
 import pytest
-from django.core.exceptions import ValidationError
 
+from studio.jobs.simulation import run_simulation_job
 from studio.models import Branch, JobStatus, SimulationJob
 from studio.models.trajectories import BranchStatus
-from studio.services.simulation import do_cancel_job, do_retry_job, do_start_simulation
+from studio.services.simulation import (
+    InvalidRequest,
+    build_request,
+    cancel_simulation,
+    retry_simulation,
+    start_simulation,
+)
 from tests.support.jobs import (  # noqa: F401
     TERMINAL_STEPS,
     default_worker,
     make_trajectory,
+    start_job,
     wait_job,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-@pytest.mark.worker
-def test_retrieval_next_observation_succeeds_with_timings(project, default_worker):  # noqa: F811
+def queued_job(branch, **data) -> SimulationJob:
+    """A job as the web creates it, not sent to any broker."""
+    return start_simulation(user=None, branch=branch, request=build_request(branch, data))
+
+
+def test_job_body_stores_each_future_as_a_child_branch(project):
     trajectory = make_trajectory(project)
     root = trajectory.root_branch
-    job = do_start_simulation(
-        user=project.users["researcher"],
-        branch=root,
-        fork_index=1,
-        action="cat /srv/app/requirements.txt",
-        n=3,
-        backend="retrieval",
-    )
-    assert job.queue.endswith("default")
-    job = wait_job(job)
+    job = queued_job(root, fork_index=1, action="cat /srv/app/requirements.txt", n=3)
+    run_simulation_job(job.pk)  # what the task runs, here in the test process
+    job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED, job.error
-    assert job.attempts == 1
-    assert job.queue_wait_s is not None and job.queue_wait_s >= 0
-    assert job.decode_s is not None and job.decode_s >= 0
-    assert job.progress == 1.0 and job.phase == "done"
+    assert (job.attempts, job.progress, job.phase, job.live) == (1, 1.0, "done", {})
+    assert job.queue_wait_s is not None and job.decode_s is not None
+    assert job.tokens_per_s is None  # no decoding rate for a non-neural baseline
     children = list(job.branches.order_by("sample_index"))
     assert [b.name for b in children] == [f"sim #{i} · step 1" for i in (1, 2, 3)]
+    observations = []
     for child in children:
-        assert child.status == BranchStatus.SUCCEEDED
-        assert child.origin == "simulated"  # the recorded action: not an edit
+        assert child.status == BranchStatus.SUCCEEDED and child.origin == "simulated"
+        assert child.lineage == [[root.pk, 0], [child.pk, 1]]
         steps = list(child.all_steps())
-        # inherits step 0 from the root, owns the simulated step 1
         assert [s.index for s in steps] == [0, 1]
         assert steps[0].branch_id == root.pk and steps[1].branch_id == child.pk
         simulated = steps[1]
-        assert simulated.provenance == "simulated"
-        # the non-neural baseline answers with recorded observations of the domain
-        assert simulated.observation in {o for _, o in TERMINAL_STEPS}
-        assert simulated.raw_output
-        assert simulated.parse_status in ("well_formed", "no_tag")
-        assert simulated.meta["backend"] == "retrieval"
+        assert simulated.provenance == "simulated" and simulated.raw_output
+        assert simulated.meta["backend"] == "retrieval" and simulated.meta["job"] == job.pk
+        assert simulated.meta["baseline"] == "retrieval (non-neural)"
         assert set(simulated.timings) >= {"duration_s", "tokens_in", "tokens_out"}
-        assert child.progress["phase"] == "done"
-    observations = [c.steps.get().observation for c in children]
-    # sample 1 is the best match: the recorded answer to that very action; the N samples differ
+        observations.append(simulated.observation)
+    # sample 1 is the recorded answer to that very action; the N samples differ
     assert observations[0] == "flask==3.0.2\ngunicorn==22.0.0"
     assert len(set(observations)) == 3
     assert job.tokens_out == sum(s.timings["tokens_out"] for c in children for s in c.steps.all())
-    assert job.tokens_per_s is None  # no decoding rate for a non-neural baseline
 
 
-@pytest.mark.worker
-def test_replay_resimulates_every_later_step(project, default_worker):  # noqa: F811
+def test_job_body_replay_rewrites_every_later_step(project):
     trajectory = make_trajectory(project)
     root = trajectory.root_branch
-    job = do_start_simulation(
-        user=None,
-        branch=root,
-        fork_index=1,
-        action="cat /srv/app/static/index.html",
-        mode="replay",
-        n=2,
-        backend="retrieval",
+    job = queued_job(
+        root, fork_index=1, action="cat /srv/app/static/index.html", mode="replay", n=2
     )
-    job = wait_job(job)
+    run_simulation_job(job.pk)
+    job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED, job.error
     recorded = list(root.all_steps())
     for child in job.branches.all():
         assert child.origin == "edited"
         steps = list(child.all_steps())
         assert [s.index for s in steps] == [0, 1, 2, 3]
-        assert steps[1].action == "cat /srv/app/static/index.html"
-        assert steps[1].provenance == "edited"
-        # later recorded actions kept, their observations re-simulated by the worker
         assert [s.action for s in steps[2:]] == [s.action for s in recorded[2:]]
-        assert all(s.branch_id == child.pk for s in steps[1:])
         assert [s.provenance for s in steps[1:]] == ["edited", "simulated", "simulated"]
-        assert all(s.observation and s.raw_output for s in steps[1:])
+        assert all(s.branch_id == child.pk and s.observation for s in steps[1:])
 
 
-def test_validation_names_the_problem(project):
-    root = make_trajectory(project).root_branch
-    cases = [
-        ({"n": 0}, "n (number of futures) must be 1 to 64"),
-        ({"n": 65}, "must be 1 to 64"),
-        ({"fork_index": 9}, "fork_index 9 is outside the branch's steps (0 to 3, or 4 to add"),
-        ({"backend": "gpt"}, "unknown backend 'gpt'"),
-        ({"params": {"temperature": 3}}, "temperature must be in [0.0, 2.0]"),
-        ({"params": {"top_p": 0}}, "top_p must be in (0.0, 1.0]"),
-        ({"params": {"max_tokens": "many"}}, "max_tokens must be an integer"),
-        ({"params": {"beam": 2}}, "unknown sampling parameter 'beam'"),
-        ({"mode": "dream"}, "mode must be one of next, replay, rollout"),
-        ({"backend": "openai", "base_url": ""}, "the openai backend needs a base URL"),
-        ({"fork_index": 4, "action": ""}, "an action is required to simulate a new step"),
-    ]
-    for overrides, message in cases:
-        kwargs = {
-            "user": None,
-            "branch": root,
-            "fork_index": 1,
-            "action": "ls",
-            "backend": "retrieval",
-        }
-        kwargs.update(overrides)
-        with pytest.raises(ValidationError) as info:
-            do_start_simulation(**kwargs)
-        assert any(message in m for m in info.value.messages), (overrides, info.value.messages)
-    assert not SimulationJob.objects.exists()
-    assert Branch.objects.count() == 1  # nothing half-created
+def test_job_body_fails_readably_and_settles_every_branch(project):
+    trajectory = make_trajectory(project, domain="web", steps=[("Click [1]", "")])
+    job = queued_job(trajectory.root_branch, fork_index=0, n=2)
+    run_simulation_job(job.pk)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert job.error == (
+        "The retrieval backend failed: retrieval baseline: no recorded steps of domain 'web' "
+        "to answer from; import trajectories of this domain or configure a model"
+    )
+    assert set(job.branches.values_list("status", flat=True)) == {"failed"}
+    assert job.live == {} and job.phase == "failed"
+
+
+def test_a_claimed_job_runs_once(project):
+    trajectory = make_trajectory(project)
+    job = queued_job(trajectory.root_branch, fork_index=1)
+    run_simulation_job(job.pk, "message-1")
+    run_simulation_job(job.pk, "message-2")  # a duplicate message: nothing happens
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED and job.attempts == 1
+    assert job.claimed_by == "message-1"
+    assert job.branches.get().steps.count() == 1
 
 
 def test_routing_cancel_queued_and_retry(project, settings):
-    settings.WORLD_MODEL_PATH = ""
     root = make_trajectory(project).root_branch
-    hf_job = do_start_simulation(
-        user=None, branch=root, fork_index=0, action="ls", backend="hf", model="/models/tiny"
-    )
+    hf_job = queued_job(root, fork_index=0, action="ls", backend="hf", model="/models/tiny")
     assert hf_job.queue == f"{settings.STUDIO_QUEUE_PREFIX}gpu"
     # no worker listens: the job stays queued and cancelling it is immediate
-    hf_job = do_cancel_job(hf_job)
+    hf_job = cancel_simulation(hf_job)
     assert hf_job.status == JobStatus.CANCELLED
     assert set(hf_job.branches.values_list("status", flat=True)) == {"cancelled"}
-    retried = do_retry_job(hf_job)
+    retried = retry_simulation(hf_job)
     assert retried.pk != hf_job.pk and retried.status == JobStatus.QUEUED
     assert retried.branches.count() == 1 and hf_job.branches.count() == 1
     assert (retried.backend, retried.model, retried.fork_index) == ("hf", "/models/tiny", 0)
-    with pytest.raises(ValidationError, match="still queued"):
-        do_retry_job(retried)
-    do_cancel_job(retried)
+    with pytest.raises(InvalidRequest, match="still queued"):
+        retry_simulation(retried)
+    cancel_simulation(retried)
+    assert Branch.objects.filter(status=BranchStatus.QUEUED).count() == 0
+
+
+@pytest.mark.worker
+def test_worker_runs_jobs_sent_through_the_broker(project, default_worker):  # noqa: F811
+    trajectory = make_trajectory(project)
+    job = start_job(
+        trajectory.root_branch,
+        fork_index=1,
+        action="cat /srv/app/static/index.html",
+        n=2,
+        mode="replay",
+    )
+    assert job.queue.endswith("default")
+    job = wait_job(job)
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    assert job.message_id and job.claimed_by == job.message_id
+    assert job.attempts == 1 and job.queue_wait_s >= 0
+    for child in job.branches.all():
+        assert child.status == BranchStatus.SUCCEEDED
+        assert [s.provenance for s in child.steps.order_by("index")] == [
+            "edited",
+            "simulated",
+            "simulated",
+        ]

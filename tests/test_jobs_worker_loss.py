@@ -1,25 +1,30 @@
-"""A worker killed mid-job leaves no job stuck: the job ends failed with a readable message.
-(Policy: never retried automatically; see studio/services/job_runtime.py.)"""
+"""A worker killed mid-job leaves no job stuck: the workers' sweeper fails it with a readable
+message, with no page open; a job whose broker message was lost is sent again.
+(Policy: never rerun automatically; see studio/jobs/runtime.py.)"""
 
 from __future__ import annotations
 
 import os
 import signal
-import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
+from studio.jobs.sweeper import resend_lost_messages
 from studio.models import JobStatus, SimulationJob
-from studio.services.simulation import do_start_simulation
+from studio.services.simulation import build_request, start_simulation
+from studio.tasks import enqueue_simulation
 from tests.support.fake_openai import fake_openai_server
-from tests.support.jobs import make_trajectory, wait_job
+from tests.support.jobs import live_texts, make_trajectory, start_job, wait_job
 from tests.support.worker import running_worker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
-STALE_S = 2
-SLOW = "<predicted_observation>" + "tock " * 400 + "</predicted_observation>"
+STALE_S = 4  # heartbeats every 0.5 s, lost after 3 s, a sweep every second
+STALE_ENV = {"STUDIO_JOB_STALE_S": str(STALE_S)}
+ANSWER = "<predicted_observation>" + "tock " * 50 + "</predicted_observation>"
 
 
 def child_pids(pid: int) -> list[int]:
@@ -37,11 +42,11 @@ def child_pids(pid: int) -> list[int]:
     return found
 
 
-def start_slow_job(project, base_url: str) -> SimulationJob:
+def start_held_job(project, base_url: str) -> SimulationJob:
+    """A job that streams a few chunks, then waits (the fake server holds its streams)."""
     trajectory = make_trajectory(project)
-    job = do_start_simulation(
-        user=None,
-        branch=trajectory.root_branch,
+    job = start_job(
+        trajectory.root_branch,
         fork_index=1,
         action="cat /etc/hostname",
         n=2,
@@ -49,11 +54,7 @@ def start_slow_job(project, base_url: str) -> SimulationJob:
         base_url=base_url,
         model="m",
     )
-
-    def decoding():
-        return any("tock" in b.progress.get("text", "") for b in job.branches.all())
-
-    wait_for(decoding, timeout=60)
+    wait_for(lambda: any("tock" in t for t in live_texts(job)), timeout=60)
     assert SimulationJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
     return job
 
@@ -62,51 +63,83 @@ def assert_failed_as_lost(job: SimulationJob) -> None:
     job = wait_job(job, timeout=60)
     assert job.status == JobStatus.FAILED
     assert "stopped without finishing" in job.error and "Retry" in job.error
-    assert job.finished_at is not None and job.attempts == 1
+    assert job.finished_at is not None and job.attempts == 1 and job.live == {}
     assert set(job.branches.values_list("status", flat=True)) == {"failed"}
 
 
-def test_whole_worker_killed_is_failed_when_a_worker_starts(project, settings):
+def test_another_workers_sweeper_fails_the_job_of_a_killed_worker(project, settings):
     settings.STUDIO_JOB_STALE_S = STALE_S
-    env = {"STUDIO_JOB_STALE_S": str(STALE_S)}
-    with fake_openai_server(lambda b, i: SLOW, chunk_delay_s=0.05) as srv:
-        with running_worker(("default",), extra_env=env) as proc:
-            job = start_slow_job(project, srv.base_url)
-            os.killpg(proc.pid, signal.SIGKILL)  # the worker and its pool, no cleanup
-            proc.wait()
-        time.sleep(0.5)
-        assert SimulationJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
-        time.sleep(STALE_S + 1)  # no heartbeat any more
-        # the next worker to start sweeps jobs of lost workers (worker_ready)
-        with running_worker(("default",), extra_env=env):
+    with fake_openai_server(lambda b, i: ANSWER, hold_after_chunks=10) as srv:
+        # a second worker on another queue: it runs nothing here, it only sweeps
+        with running_worker(("gpu",), extra_env=STALE_ENV):
+            with running_worker(("default",), extra_env=STALE_ENV) as proc:
+                job = start_held_job(project, srv.base_url)
+                os.killpg(proc.pid, signal.SIGKILL)  # the worker and its pool, no cleanup
+                proc.wait()
+            # nobody polls a page, no worker starts: the sweeper's timer finds it
             assert_failed_as_lost(job)
+        job.refresh_from_db()
+        assert job.finished_at - job.heartbeat_at >= timedelta(seconds=STALE_S * 0.75)
 
 
-def test_worker_restarted_at_once_sweeps_again_when_the_heartbeat_is_stale(project, settings):
-    stale = 8  # longer than a worker takes to start: the sweep at worker_ready finds nothing
-    settings.STUDIO_JOB_STALE_S = stale
-    env = {"STUDIO_JOB_STALE_S": str(stale)}
-    with fake_openai_server(lambda b, i: SLOW, chunk_delay_s=0.05) as srv:
-        with running_worker(("default",), extra_env=env) as proc:
-            job = start_slow_job(project, srv.base_url)
+def test_a_worker_that_starts_sweeps_at_once(project, settings):
+    settings.STUDIO_JOB_STALE_S = STALE_S
+    with fake_openai_server(lambda b, i: ANSWER, hold_after_chunks=10) as srv:
+        with running_worker(("default",), extra_env=STALE_ENV) as proc:
+            job = start_held_job(project, srv.base_url)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        killed_at = time.monotonic()
-        with running_worker(("default",), extra_env=env):
-            assert time.monotonic() - killed_at < stale
-            assert SimulationJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
-            # the delayed sweep the new worker scheduled fails it, with nobody polling
+        lost_at = SimulationJob.objects.get(pk=job.pk).heartbeat_at + timedelta(
+            seconds=STALE_S * 0.75
+        )
+        wait_for(lambda: timezone.now() > lost_at, timeout=30)
+        assert SimulationJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
+        with running_worker(("gpu",), extra_env=STALE_ENV):
             assert_failed_as_lost(job)
 
 
-def test_killed_pool_process_redelivers_and_the_claim_fails_the_job(project):
-    with fake_openai_server(lambda b, i: SLOW, chunk_delay_s=0.05) as srv:
-        with running_worker(("default",)) as proc:
-            job = start_slow_job(project, srv.base_url)
+def test_a_killed_pool_process_fails_its_job_which_never_runs_twice(project, settings, tmp_path):
+    settings.STUDIO_JOB_STALE_S = STALE_S
+    log = tmp_path / "worker.log"
+    with fake_openai_server(lambda b, i: ANSWER, hold_after_chunks=10) as srv:
+        with running_worker(("default",), extra_env=STALE_ENV, log_path=log) as proc:
+            job = start_held_job(project, srv.base_url)
+            requests = len(srv.requests)
             children = child_pids(proc.pid)
             assert children, "the prefork worker has no pool process"
             for pid in children:
                 os.kill(pid, signal.SIGKILL)
-            # reject_on_worker_lost puts the message back; the redelivery finds the job
-            # RUNNING and marks it failed instead of running it twice
+            # reject_on_worker_lost gives the message back; the job already runs, so it is
+            # not run again; its heartbeat stops and this worker's sweeper fails it
             assert_failed_as_lost(job)
+            assert len(srv.requests) == requests  # no second run asked the model anything
+            assert "is already running; its message redelivered is ignored" in log.read_text()
+
+
+def test_a_lost_message_is_sent_again_and_a_waiting_one_is_not(project, settings):
+    settings.STUDIO_JOB_STALE_S = STALE_S
+    root = make_trajectory(project).root_branch
+    request = build_request(root, {"fork_index": 1, "backend": "hf", "model": "/models/x"})
+    waiting = start_simulation(user=None, branch=root, request=request)  # gpu: nobody consumes
+    enqueue_simulation(waiting)
+    lost = start_simulation(
+        user=None, branch=root, request=build_request(root, {"fork_index": 2})
+    )  # never sent: as if the broker lost it
+    long_ago = timezone.now() - timedelta(seconds=10 * STALE_S)
+    SimulationJob.objects.update(created_at=long_ago)
+    SimulationJob.objects.filter(pk=waiting.pk).update(dispatched_at=long_ago)
+    waiting.refresh_from_db()
+    assert waiting.message_id
+
+    assert resend_lost_messages() == 1  # the waiting job's message is still in its queue
+    waiting_after = SimulationJob.objects.get(pk=waiting.pk)
+    assert waiting_after.message_id == waiting.message_id
+    lost.refresh_from_db()
+    assert lost.message_id and lost.dispatched_at > long_ago
+    assert resend_lost_messages() == 0  # just sent: not again
+    # a worker takes the re-sent message and runs the job
+    with running_worker(("default",), extra_env=STALE_ENV):
+        assert wait_job(lost).status == JobStatus.SUCCEEDED
+    from studio.services.simulation import cancel_simulation
+
+    cancel_simulation(waiting)

@@ -39,12 +39,7 @@ def test_steps_load_lazily_and_keyboard_navigation(page, login, live_server, pro
     page.goto(f"{live_server.url}/trajectories/{traj.pk}/")
     assert page.locator("#steps .step").count() == STEPS_PER_PAGE
     # scrolling to the end reveals the sentinel, which loads the next windows
-    for _ in range(10):
-        page.locator("#steps .step").last.scroll_into_view_if_needed()
-        page.mouse.wheel(0, 5000)
-        page.wait_for_timeout(200)
-        if page.locator("#steps .step").count() == total:
-            break
+    scroll_to_the_end(page)
     assert page.locator("#steps .step").count() == total
     assert page.locator("#steps .steps-next").count() == 0
 
@@ -124,13 +119,25 @@ def test_script_payloads_never_run(page, login, live_server, project):
     page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
     page.click("text=Load full observation")
     page.wait_for_function("!document.querySelector('.render-preview')")
-    page.wait_for_timeout(500)
+    page.wait_for_load_state("networkidle")  # broken images have failed: handlers had a chance
     assert page.evaluate("window.__xss") is None
     assert dialogs == []
     assert page.locator("h1.traj-title").inner_text() == payloads[0]
     assert page.locator("iframe.html-frame").count() == len(payloads)
     for frame in page.locator("iframe.html-frame").all():
         assert frame.get_attribute("sandbox") == ""
+
+
+def scroll_to_the_end(page) -> None:
+    """Scroll down until the last window is in: each scroll shows the sentinel below the
+    steps, which loads the next window; wait for each window, never for a fixed time."""
+    while page.locator("#steps .steps-next").count():
+        shown = page.locator("#steps .step").count()
+        page.locator("#steps .step").last.scroll_into_view_if_needed()
+        page.mouse.wheel(0, 5000)
+        page.wait_for_function(
+            "n => document.querySelectorAll('#steps .step').length > n", arg=shown
+        )
 
 
 def _step_indexes(page) -> list[int]:
@@ -147,12 +154,7 @@ def test_lazy_windows_in_either_direction_never_repeat_steps(page, login, live_s
     login(page, "researcher")
     # down: scroll through the whole branch from the top
     page.goto(f"{live_server.url}/trajectories/{traj.pk}/")
-    for _ in range(20):
-        page.locator("#steps .step").last.scroll_into_view_if_needed()
-        page.mouse.wheel(0, 5000)
-        page.wait_for_timeout(200)
-        if page.locator("#steps .steps-next").count() == 0:
-            break
+    scroll_to_the_end(page)
     assert _step_indexes(page) == list(range(total))
     assert page.locator("#steps .steps-prev").count() == 0
 
@@ -161,8 +163,12 @@ def test_lazy_windows_in_either_direction_never_repeat_steps(page, login, live_s
     page.goto(f"{live_server.url}/trajectories/{traj.pk}/?step={target}")
     page.wait_for_selector(f"#step-{target}.current")
     for _ in range(3):
+        shown = page.locator("#steps .step").count()
         page.click("#steps .steps-prev button")
-        page.wait_for_timeout(600)  # time for a (wrong) sentinel below to fire
+        page.wait_for_function(
+            "n => document.querySelectorAll('#steps .step').length > n", arg=shown
+        )
+        page.wait_for_load_state("networkidle")  # a (wrong) sentinel below would fire now
     page.wait_for_selector("#step-0")
     assert _step_indexes(page) == list(range(total))
     assert page.locator("#steps .steps-next").count() == 0

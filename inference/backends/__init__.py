@@ -9,9 +9,8 @@ Only the chosen backend's module is imported, so the web process never loads tor
 from __future__ import annotations
 
 from inference.backends.errors import BackendError
+from inference.simulation.limits import BACKENDS
 from inference.types import Backend
-
-BACKENDS = ("openai", "hf", "retrieval")
 
 
 def make_backend(

@@ -14,8 +14,9 @@ import math
 import random
 import re
 import time
+from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from inference.backends.errors import BackendError
 from inference.types import (
@@ -47,23 +48,53 @@ def query_of(messages: Sequence[Message]) -> str:
 
 
 class TfidfIndex:
-    def __init__(self, docs: Sequence[str]):
-        self.doc_tokens = [Counter(tokenize(d)) for d in docs]
-        df: Counter[str] = Counter()
-        for counts in self.doc_tokens:
-            df.update(counts.keys())
-        n = len(docs)
-        self.idf = {t: math.log((1 + n) / (1 + c)) + 1.0 for t, c in df.items()}
-        self.doc_vectors = [self._weigh(c) for c in self.doc_tokens]
+    """TF-IDF cosine over documents, as an inverted index of compact arrays: memory grows
+    with the number of distinct (document, token) pairs, not with Python objects per
+    document, so 20,000 recorded actions stay a few megabytes."""
 
-    def _weigh(self, counts: Counter[str]) -> dict[str, float]:
-        vec = {t: c * self.idf.get(t, 0.0) for t, c in counts.items()}
-        norm = math.sqrt(sum(v * v for v in vec.values()))
-        return {t: v / norm for t, v in vec.items()} if norm else {}
+    def __init__(self, docs: Sequence[str]):
+        self.n_docs = len(docs)
+        vocabulary: dict[str, int] = {}
+        doc_terms: list[tuple[array, array]] = []  # per doc: token ids, their counts
+        df: list[int] = []
+        for doc in docs:
+            counts = Counter(tokenize(doc))
+            ids = array("i")
+            tfs = array("i")
+            for token, count in counts.items():
+                tid = vocabulary.setdefault(token, len(vocabulary))
+                if tid == len(df):
+                    df.append(0)
+                df[tid] += 1
+                ids.append(tid)
+                tfs.append(count)
+            doc_terms.append((ids, tfs))
+        n = self.n_docs
+        self.vocabulary = vocabulary
+        self.idf = array("d", (math.log((1 + n) / (1 + c)) + 1.0 for c in df))
+        postings_docs: list[array] = [array("i") for _ in df]
+        postings_weights: list[array] = [array("f") for _ in df]
+        for doc_id, (ids, tfs) in enumerate(doc_terms):
+            weights = [tf * self.idf[tid] for tid, tf in zip(ids, tfs, strict=True)]
+            norm = math.sqrt(sum(w * w for w in weights)) or 1.0
+            for tid, w in zip(ids, weights, strict=True):
+                postings_docs[tid].append(doc_id)
+                postings_weights[tid].append(w / norm)
+        self.postings = list(zip(postings_docs, postings_weights, strict=True))
 
     def scores(self, query: str) -> list[float]:
-        q = self._weigh(Counter(tokenize(query)))
-        return [sum(w * d.get(t, 0.0) for t, w in q.items()) for d in self.doc_vectors]
+        counts = Counter(t for t in tokenize(query) if t in self.vocabulary)
+        weights = {t: c * self.idf[self.vocabulary[t]] for t, c in counts.items()}
+        norm = math.sqrt(sum(w * w for w in weights.values()))
+        scores = [0.0] * self.n_docs
+        if not norm:
+            return scores
+        for token, w in weights.items():
+            docs, doc_weights = self.postings[self.vocabulary[token]]
+            q = w / norm
+            for doc_id, dw in zip(docs, doc_weights, strict=True):
+                scores[doc_id] += q * dw
+        return scores
 
 
 class RetrievalBackend:
@@ -72,12 +103,35 @@ class RetrievalBackend:
     is_neural = False
 
     def __init__(self, corpus: Sequence[tuple[str, str, str]], domain: str | None = None):
-        steps = [tuple(s) for s in corpus if domain is None or s[0] == domain]
-        self.steps: list[tuple[str, str, str]] = [
-            (str(d), str(a), str(o)) for d, a, o in steps if o is not None
+        steps = [
+            (str(a), str(o))
+            for d, a, o in corpus
+            if (domain is None or d == domain) and o is not None
         ]
+        observations = [o for _, o in steps]
+        self._setup([a for a, _ in steps], lambda positions: [observations[p] for p in positions])
         self.domain = domain
-        self._index = TfidfIndex([a for _, a, _ in self.steps]) if self.steps else None
+
+    @classmethod
+    def from_lookup(
+        cls,
+        actions: Sequence[str],
+        observations: Callable[[Sequence[int]], list[str]],
+        domain: str | None = None,
+    ) -> RetrievalBackend:
+        """A corpus whose observations stay where they are (a database): only the actions
+        are indexed in memory; `observations(positions)` fetches the answers."""
+        backend = cls.__new__(cls)
+        backend._setup(actions, observations)
+        backend.domain = domain
+        return backend
+
+    def _setup(
+        self, actions: Sequence[str], observations: Callable[[Sequence[int]], list[str]]
+    ) -> None:
+        self.actions = list(actions)
+        self._observations = observations
+        self._index = TfidfIndex(self.actions) if self.actions else None
 
     def rank(self, query: str, seed: int | None = None) -> list[tuple[float, int]]:
         """(score, corpus index) best first; ties in a seeded order."""
@@ -93,22 +147,34 @@ class RetrievalBackend:
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], tiebreak[i]))
         return [(scores[i], i) for i in order]
 
+    def _distinct(self, ranked: list[tuple[float, int]], n: int) -> list[tuple[float, int, str]]:
+        """The best `n` entries with distinct observations, fetched a batch at a time."""
+        picked: list[tuple[float, int, str]] = []
+        seen: set[int] = set()  # hashes of the observations picked (they can be large)
+        start, size = 0, max(2 * n, 8)
+        while len(picked) < n and start < len(ranked):
+            batch = ranked[start : start + size]
+            start += len(batch)
+            size *= 2  # many duplicates at the top: fetch more at a time
+            for (score, i), obs in zip(
+                batch, self._observations([i for _, i in batch]), strict=True
+            ):
+                key = hash(obs)
+                if key in seen:
+                    continue
+                seen.add(key)
+                picked.append((score, i, obs))
+                if len(picked) == n:
+                    break
+        return picked
+
     def answer(self, messages: Sequence[Message], n: int, seed: int | None) -> list[str]:
         query = query_of(messages)
-        picked: list[tuple[float, int]] = []
-        seen: set[str] = set()
-        for score, i in self.rank(query, seed):
-            obs = self.steps[i][2]
-            if obs in seen:
-                continue
-            seen.add(obs)
-            picked.append((score, i))
-            if len(picked) == n:
-                break
+        picked = self._distinct(self.rank(query, seed), n)
         texts = []
         for k in range(n):
-            score, i = picked[k % len(picked)]
-            _, action, obs = self.steps[i]
+            score, i, obs = picked[k % len(picked)]
+            action = self.actions[i]
             texts.append(
                 f"<think>{MODEL_NAME}: recorded step with the most similar action "
                 f"(TF-IDF cosine {score:.2f}, rank {k % len(picked) + 1}):\n{action}</think>\n"

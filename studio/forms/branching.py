@@ -1,7 +1,9 @@
 """Forms of the branching area: the simulate-from-here editor and branch renaming.
 
-All validation of what a user asks the world model to do lives here; views only pass the
-cleaned data on to `studio.services.simulation.do_start_simulation`."""
+The editor's fields are the input of `inference.simulation.request.SimulationRequest`: the
+form parses what the browser sends (numbers, choices), the request checks everything else
+and its messages are shown on the fields they name. Limits, backends and defaults come from
+`inference.simulation.limits`; the form repeats none of them."""
 
 from __future__ import annotations
 
@@ -9,27 +11,15 @@ import json
 from typing import Any
 
 from django import forms
-from django.conf import settings
 
+from inference.simulation import limits
+from inference.simulation.request import (
+    Defaults,
+    ForkFacts,
+    InvalidRequest,
+    SimulationRequest,
+)
 from studio.models import Domain
-from studio.models.jobs import SimulationMode
-
-MAX_FUTURES = 64
-MAX_ROLLOUT_STEPS = 50
-MAX_TOKENS_LIMIT = 32768
-MAX_SEED = 2**31 - 1
-
-BACKEND_CHOICES = [
-    ("retrieval", "retrieval (non-neural baseline: nearest recorded observation)"),
-    ("openai", "openai (OpenAI-compatible server: vLLM, SGLang, ...)"),
-    ("hf", "hf (transformers model in the GPU worker)"),
-]
-
-ACTION_KIND_CHOICES = [
-    ("auto", "Auto: JSON if it looks like JSON, else text"),
-    ("json", "JSON (validated and pretty-printed)"),
-    ("text", "Free text"),
-]
 
 # The usual shapes of an agent action per domain, offered as snippets in the editor.
 ACTION_SNIPPETS: dict[str, list[tuple[str, str]]] = {
@@ -74,10 +64,6 @@ ACTION_SNIPPETS: dict[str, list[tuple[str, str]]] = {
     ],
 }
 
-# Domains whose actions are JSON by convention: `[` there opens a JSON list, whereas in a shell
-# `[ -f x ]` is a test command.
-_JSON_DOMAINS = {Domain.MCP, Domain.ANDROID}
-
 
 def pretty_json_or_none(text: str) -> str | None:
     """The text re-indented when it is a JSON object or list, else None."""
@@ -91,41 +77,31 @@ def pretty_json_or_none(text: str) -> str | None:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def looks_like_json(text: str, domain: str) -> bool:
-    stripped = text.lstrip()
-    return stripped.startswith("{") or (stripped.startswith("[") and domain in _JSON_DOMAINS)
-
-
-def default_model_for(backend: str) -> str:
-    if backend == "hf":
-        return settings.WORLD_MODEL_PATH or settings.WORLD_MODEL_NAME
-    if backend == "openai":
-        return settings.WORLD_MODEL_NAME
-    return ""
-
-
 class SimulateForm(forms.Form):
-    """Branch at one step: the (edited) action, how many futures, how to sample them."""
+    """Branch at one step: the (edited) action, how many futures, how to sample them.
+    `cleaned_data["request"]` holds the validated SimulationRequest."""
 
     action = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 10, "spellcheck": "false"}),
         strip=False,
         required=False,
     )
-    action_kind = forms.ChoiceField(choices=ACTION_KIND_CHOICES, initial="auto")
-    mode = forms.ChoiceField(choices=SimulationMode.choices, initial=SimulationMode.NEXT)
+    action_format = forms.ChoiceField(
+        choices=list(limits.ACTION_FORMATS.items()), initial="auto", label="Action format"
+    )
+    mode = forms.ChoiceField(choices=list(limits.MODES.items()), initial="next")
     max_steps = forms.IntegerField(
         required=False,
         label="Max steps",
-        help_text=f"Agent rollout only: steps the agent takes, 1-{MAX_ROLLOUT_STEPS}. Replay "
-        "re-simulates every later recorded step.",
+        help_text=f"Agent rollout only: steps the agent takes, 1-{limits.MAX_ROLLOUT_STEPS}. "
+        "Replay re-simulates every later recorded step.",
     )
     n = forms.IntegerField(label="Futures (N)", initial=1)
-    temperature = forms.FloatField(initial=0.7)
-    top_p = forms.FloatField(label="top_p", initial=0.95)
-    max_tokens = forms.IntegerField(label="max_tokens", initial=1024)
+    temperature = forms.FloatField(initial=limits.DEFAULT_TEMPERATURE)
+    top_p = forms.FloatField(label="top_p", initial=limits.DEFAULT_TOP_P)
+    max_tokens = forms.IntegerField(label="max_tokens", initial=limits.DEFAULT_MAX_TOKENS)
     seed = forms.IntegerField(required=False, help_text="Blank: random.")
-    backend = forms.ChoiceField(choices=BACKEND_CHOICES)
+    backend = forms.ChoiceField(choices=list(limits.BACKENDS.items()))
     model = forms.CharField(
         required=False,
         max_length=300,
@@ -138,178 +114,53 @@ class SimulateForm(forms.Form):
         help_text="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1. Blank: the default.",
     )
 
-    def __init__(self, *args, domain: str, steps_after: int, **kwargs):
-        """`steps_after`: steps the branch has after the fork step (what replay can redo)."""
+    def __init__(self, *args, fork_index: int, fork: ForkFacts, defaults: Defaults, **kwargs):
         super().__init__(*args, **kwargs)
-        self.domain = domain
-        self.steps_after = steps_after
-        self.fields["backend"].initial = settings.WORLD_MODEL_BACKEND
+        self.fork_index = fork_index
+        self.fork = fork
+        self.defaults = defaults
+        self.fields["backend"].initial = defaults.backend
         self.fields["model"].widget.attrs["placeholder"] = (
-            default_model_for(settings.WORLD_MODEL_BACKEND) or "default"
+            defaults.model_for(defaults.backend) or "default"
         )
         self.fields["base_url"].widget.attrs["placeholder"] = (
-            settings.WORLD_MODEL_BASE_URL or "http://127.0.0.1:8000/v1"
+            defaults.base_url or "http://127.0.0.1:8000/v1"
         )
         for name in ("n", "max_tokens", "max_steps", "seed"):
             self.fields[name].widget.attrs["step"] = "1"
-        self.fields["n"].widget.attrs.update(min="1", max=str(MAX_FUTURES))
-        self.fields["temperature"].widget.attrs.update(step="0.05", min="0", max="2")
+        self.fields["n"].widget.attrs.update(min="1", max=str(limits.MAX_FUTURES))
+        self.fields["max_steps"].widget.attrs.update(min="1", max=str(limits.MAX_ROLLOUT_STEPS))
+        self.fields["temperature"].widget.attrs.update(
+            step="0.05", min="0", max=str(limits.TEMPERATURE_MAX)
+        )
         self.fields["top_p"].widget.attrs.update(step="0.01", min="0", max="1")
+        self.fields["max_tokens"].widget.attrs.update(min="1", max=str(limits.MAX_TOKENS))
 
-    # -- single fields ---------------------------------------------------------------------
-    def clean_n(self) -> int:
-        n = self.cleaned_data["n"]
-        if not 1 <= n <= MAX_FUTURES:
-            raise forms.ValidationError(
-                f"Number of futures must be between 1 and {MAX_FUTURES} (got {n})."
-            )
-        return n
+    @property
+    def steps_after(self) -> int:
+        """Recorded steps after the fork step: what a replay re-simulates."""
+        return max(0, self.fork.step_count - self.fork_index - 1)
 
-    def clean_temperature(self) -> float:
-        t = self.cleaned_data["temperature"]
-        if not 0.0 <= t <= 2.0:
-            raise forms.ValidationError(f"Temperature must be between 0 and 2 (got {t}).")
-        return t
-
-    def clean_top_p(self) -> float:
-        p = self.cleaned_data["top_p"]
-        if not 0.0 < p <= 1.0:
-            raise forms.ValidationError(f"top_p must be above 0 and at most 1 (got {p}).")
-        return p
-
-    def clean_max_tokens(self) -> int:
-        m = self.cleaned_data["max_tokens"]
-        if not 1 <= m <= MAX_TOKENS_LIMIT:
-            raise forms.ValidationError(
-                f"max_tokens must be between 1 and {MAX_TOKENS_LIMIT} (got {m})."
-            )
-        return m
-
-    def clean_seed(self) -> int | None:
-        seed = self.cleaned_data["seed"]
-        if seed is not None and not 0 <= seed <= MAX_SEED:
-            raise forms.ValidationError(f"Seed must be between 0 and {MAX_SEED} (got {seed}).")
-        return seed
-
-    def clean_model(self) -> str:
-        return self.cleaned_data["model"].strip()
-
-    def clean_base_url(self) -> str:
-        url = self.cleaned_data["base_url"].strip()
-        if url and not url.startswith(("http://", "https://")):
-            raise forms.ValidationError(
-                f"Base URL must start with http:// or https:// (got {url!r})."
-            )
-        return url.rstrip("/")
-
-    # -- the whole form -------------------------------------------------------------------
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        self._clean_action(data)
-        self._clean_mode(data)
-        self._clean_backend(data)
+        # Fields that failed to parse are left out (their error already shows); the request
+        # checks the rest, so every problem is reported at once.
+        given = {name: data[name] for name in self.fields if name in data}
+        try:
+            data["request"] = SimulationRequest.build(
+                {**given, "fork_index": self.fork_index}, fork=self.fork, defaults=self.defaults
+            )
+        except InvalidRequest as exc:
+            for name, messages in exc.errors.items():
+                target = name if name in self.fields else None
+                for message in messages:
+                    if target is None or target not in self.errors:
+                        self.add_error(target, _sentence(message))
         return data
 
-    def _clean_action(self, data: dict[str, Any]) -> None:
-        action = data.get("action", "")
-        kind = data.get("action_kind", "auto")
-        if not action.strip():
-            self.add_error("action", "The action is empty: write what the agent does at this step.")
-            return
-        as_json = kind == "json" or (kind == "auto" and looks_like_json(action, self.domain))
-        if as_json:
-            try:
-                value = json.loads(action)
-            except ValueError as exc:
-                where = (
-                    f" at line {exc.lineno}, column {exc.colno}"
-                    if isinstance(exc, json.JSONDecodeError)
-                    else ""
-                )
-                hint = " (choose 'Free text' if this action is not JSON)" if kind == "auto" else ""
-                msg = getattr(exc, "msg", str(exc))
-                self.add_error("action", f"The action is not valid JSON{where}: {msg}{hint}.")
-                return
-            data["action"] = json.dumps(value, indent=2, ensure_ascii=False)
-        else:
-            # Free text: keep it as typed, minus trailing whitespace a textarea adds.
-            data["action"] = action.rstrip()
 
-    def _clean_mode(self, data: dict[str, Any]) -> None:
-        mode = data.get("mode")
-        max_steps = data.get("max_steps")
-        if mode == SimulationMode.NEXT:
-            data["max_steps"] = 1
-        elif mode == SimulationMode.REPLAY:
-            if self.steps_after < 1:
-                self.add_error(
-                    "mode",
-                    "Counterfactual replay needs recorded steps after this one; this is the "
-                    "branch's last step (use 'Next observation only' or 'Agent rollout').",
-                )
-                return
-            # Replay re-simulates every later recorded step: there is no step budget.
-            data["max_steps"] = 1
-        elif mode == SimulationMode.ROLLOUT:
-            if max_steps is None:
-                self.add_error(
-                    "max_steps", "Agent rollout needs a number of steps (max steps, 1-50)."
-                )
-                return
-            if not 1 <= max_steps <= MAX_ROLLOUT_STEPS:
-                self.add_error(
-                    "max_steps",
-                    f"Agent rollout takes 1 to {MAX_ROLLOUT_STEPS} steps (got {max_steps}).",
-                )
-                return
-            if max_steps > 1 and not settings.AGENT_MODEL_BASE_URL:
-                self.add_error(
-                    "mode",
-                    "Agent rollout needs an agent model server: set AGENT_MODEL_BASE_URL (or "
-                    "WORLD_MODEL_BASE_URL, whose model then plays the agent too).",
-                )
-                return
-            data["max_steps"] = max_steps
-
-    def _clean_backend(self, data: dict[str, Any]) -> None:
-        backend = data.get("backend")
-        if backend is None:
-            return
-        model = data.get("model", "")
-        base_url = data.get("base_url", "")
-        if backend == "retrieval":
-            data["model"], data["base_url"] = "", ""
-            return
-        if not model:
-            model = default_model_for(backend)
-        if backend == "openai":
-            base_url = base_url or settings.WORLD_MODEL_BASE_URL
-            if not base_url:
-                self.add_error(
-                    "base_url",
-                    "The openai backend needs the base URL of an OpenAI-compatible server "
-                    "(none is configured in WORLD_MODEL_BASE_URL).",
-                )
-            if not model:
-                self.add_error("model", "The openai backend needs a model name.")
-        elif backend == "hf":
-            base_url = ""
-            if not model:
-                self.add_error(
-                    "model",
-                    "The hf backend needs a model path or hub id (none is configured in "
-                    "WORLD_MODEL_PATH).",
-                )
-        data["model"], data["base_url"] = model, base_url
-
-    def sampling_params(self) -> dict[str, Any]:
-        d = self.cleaned_data
-        return {
-            "temperature": d["temperature"],
-            "top_p": d["top_p"],
-            "max_tokens": d["max_tokens"],
-            "seed": d["seed"],
-        }
+def _sentence(message: str) -> str:
+    return message if message.endswith(".") else message + "."
 
 
 class RenameBranchForm(forms.Form):
@@ -340,7 +191,9 @@ class CompareForm(forms.Form):
     def __init__(self, *args, branches, **kwargs):
         super().__init__(*args, **kwargs)
         self.branches = {b.pk: b for b in branches}
-        self.fields["b"].choices = [(b.pk, b.name) for b in branches]
+        field = self.fields["b"]
+        assert isinstance(field, forms.TypedMultipleChoiceField)
+        field.choices = [(b.pk, b.name) for b in branches]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

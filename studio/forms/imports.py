@@ -24,7 +24,9 @@ class ImportUploadForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["format"].choices = format_choices()
+        field = self.fields["format"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = format_choices()
 
     def clean_file(self):
         uploaded = self.cleaned_data["file"]

@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from inference.simulation.limits import MODES
+
 
 class JobStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
@@ -25,6 +27,12 @@ class JobBase(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The broker message last sent for this job (the sweeper sends it again if the broker
+    # lost it), and the one whose task claimed it. A job runs once: any message for a job
+    # that already runs is ignored.
+    message_id = models.CharField(max_length=64, blank=True)
+    claimed_by = models.CharField(max_length=64, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         abstract = True
@@ -62,10 +70,10 @@ class ImportJob(JobBase):
         return f"import of {self.original_name} ({self.status})"
 
 
-class SimulationMode(models.TextChoices):
-    NEXT = "next", "Next observation only"
-    REPLAY = "replay", "Counterfactual replay of recorded actions"
-    ROLLOUT = "rollout", "Agent rollout"
+# The modes and their labels are defined once, in inference.simulation.limits.
+SimulationMode = models.TextChoices(  # type: ignore[call-overload]
+    "SimulationMode", [(name.upper(), (name, label)) for name, label in MODES.items()]
+)
 
 
 class SimulationJob(JobBase):
@@ -97,9 +105,13 @@ class SimulationJob(JobBase):
     base_url = models.CharField(max_length=500, blank=True)
     queue = models.CharField(max_length=50, default="default")
     cancel_requested = models.BooleanField(default=False)
-    # 0..1 over all samples, and a phase: queued, prefill, decoding, saving
+    # 0..1 over all samples, and a phase: queued, prefill, decoding, agent, saving
     progress = models.FloatField(default=0.0)
     phase = models.CharField(max_length=20, default="queued")
+    # While it runs: where each future stands, by sample index ("0", "1", ...): phase,
+    # step, tokens_out, tokens_per_s and the tail of the text so far. Written by the job's
+    # monitor thread with the heartbeat, one row write per tick; emptied when it ends.
+    live = models.JSONField(default=dict, blank=True)
     queue_wait_s = models.FloatField(null=True, blank=True)
     prefill_s = models.FloatField(null=True, blank=True)
     decode_s = models.FloatField(null=True, blank=True)

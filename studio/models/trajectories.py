@@ -116,9 +116,8 @@ class Branch(models.Model):
         on_delete=models.SET_NULL,
         related_name="branches",
     )
-    # Position among the job's N samples (0-based), and live progress written by the worker.
+    # Position among the job's N samples (0-based); its live progress is on the job row.
     sample_index = models.PositiveIntegerField(default=0)
-    progress = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

@@ -1,5 +1,8 @@
-"""Branch housekeeping (rename, star, delete with descendants), the branch tree figure and
-the step-aligned comparison of branches with word/line diffs."""
+"""Branch housekeeping (rename, star, delete with descendants), the branch tree as plain
+nodes and the step-aligned comparison of branches with word/line diffs as plain pieces.
+
+Nothing here builds presentation: the Plotly figure and the diff HTML are made from this data
+by `studio.presenters`."""
 
 from __future__ import annotations
 
@@ -8,13 +11,10 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
 from django.db import transaction
 from django.db.models import Count, Max
-from django.urls import reverse
-from django.utils.html import escape, format_html
-from django.utils.safestring import SafeString, mark_safe
 
 from studio.models import Branch, Step, Trajectory
 from studio.models.trajectories import BranchStatus
@@ -84,7 +84,7 @@ def do_delete_branch(branch: Branch) -> int:
     return len(doomed)
 
 
-# ---- tree layout and figure -------------------------------------------------------------
+# ---- tree layout ------------------------------------------------------------------------
 
 
 @dataclass
@@ -144,19 +144,6 @@ def layout_tree(nodes: Sequence[TreeNode]) -> list[TreeNode]:
     return ordered
 
 
-STATUS_COLORS: dict[str, str] = {
-    BranchStatus.READY: "#3b5bdb",
-    BranchStatus.SUCCEEDED: "#2b8a3e",
-    BranchStatus.QUEUED: "#b7791f",
-    BranchStatus.RUNNING: "#f08c00",
-    BranchStatus.FAILED: "#c92a2a",
-    BranchStatus.CANCELLED: "#868e96",
-}
-ORIGIN_SYMBOLS = {"recorded": "square", "simulated": "circle", "edited": "diamond"}
-# Above this many branches, per-node labels would overlap: hover text carries them instead.
-LABEL_LIMIT = 40
-
-
 def tree_nodes(trajectory: Trajectory) -> list[TreeNode]:
     """All branches of the trajectory with their own step counts, in one query."""
     rows = (
@@ -192,184 +179,6 @@ def tree_nodes(trajectory: Trajectory) -> list[TreeNode]:
     ]
 
 
-def plotly_text(value: str) -> str:
-    """Escape user text for Plotly's text/hover strings, which understand a few HTML-like
-    tags (<b>, <br>, <a>) and only a few named entities: neutralise tags, keep quotes."""
-    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def node_label(n: TreeNode) -> str:
-    star = "★ " if n.starred else ""
-    fork = "root" if n.parent_id is None else f"@{n.fork_index}"
-    return f"{star}{fork} · {n.origin} · {n.status} · {n.total_steps} steps"
-
-
-def build_tree_figure(
-    trajectory: Trajectory,
-    current_id: int | None = None,
-    nodes: list[TreeNode] | None = None,
-    *,
-    compact: bool = False,
-) -> dict[str, Any]:
-    """A Plotly figure (plain dict, for json_script) of the trajectory's branch tree.
-
-    Each branch is a row: a marker at its fork step (colour = status, symbol = origin), a line
-    over its own steps, a connector from the parent's row, and a label at its end. Clicking a
-    marker or label opens the branch (customdata holds its URL). `compact` (a narrow side
-    panel) and large trees drop the labels: hover text carries them."""
-    nodes = layout_tree(nodes if nodes is not None else tree_nodes(trajectory))
-    by_id = {n.pk: n for n in nodes}
-    page = reverse("trajectory", args=[trajectory.pk])
-    urls = [f"{page}?branch={n.pk}" for n in nodes]
-    many = compact or len(nodes) > LABEL_LIMIT
-
-    seg_x: list[float | None] = []
-    seg_y: list[float | None] = []
-    link_x: list[float | None] = []
-    link_y: list[float | None] = []
-    for n in nodes:
-        seg_x += [n.fork_index, n.last_index, None]
-        seg_y += [n.y, n.y, None]
-        parent = by_id.get(n.parent_id) if n.parent_id else None
-        if parent is not None:
-            # Elbow: along the parent's row to the fork step, then down to the child's row.
-            link_x += [parent.x, n.fork_index, n.fork_index, None]
-            link_y += [parent.y, parent.y, n.y, None]
-
-    hover = [
-        "<br>".join(
-            [
-                f"<b>{plotly_text(n.name)}</b> (branch {n.pk})",
-                f"fork step: {n.fork_index if n.parent_id else 'root'}",
-                f"origin: {n.origin} · status: {n.status}",
-                f"steps: {n.total_steps} ({n.own_steps} own)",
-                "click to open",
-            ]
-        )
-        for n in nodes
-    ]
-    # An en space keeps each label clear of the marker drawn at the same point.
-    labels = ["\u2002" + plotly_text(node_label(n)) for n in nodes]
-    current = by_id.get(current_id) if current_id else None
-    data: list[dict[str, Any]] = [
-        {
-            "type": "scatter",
-            "mode": "lines",
-            "x": link_x,
-            "y": link_y,
-            "line": {"color": "#adb5bd", "width": 1},
-            "hoverinfo": "skip",
-            "showlegend": False,
-            "name": "forks",
-        },
-        {
-            "type": "scatter",
-            "mode": "lines",
-            "x": seg_x,
-            "y": seg_y,
-            "line": {"color": "#ced4da", "width": 4},
-            "hoverinfo": "skip",
-            "showlegend": False,
-            "name": "steps",
-        },
-        {
-            "type": "scatter",
-            "mode": "markers",
-            "x": [n.x for n in nodes],
-            "y": [n.y for n in nodes],
-            "customdata": urls,
-            "ids": [str(n.pk) for n in nodes],
-            "hovertext": hover,
-            "hoverinfo": "text",
-            "marker": {
-                "size": 9 if many else 12,
-                "color": [STATUS_COLORS.get(n.status, "#495057") for n in nodes],
-                "symbol": [ORIGIN_SYMBOLS.get(n.origin, "circle") for n in nodes],
-                "line": {"color": "#fff", "width": 1},
-            },
-            "showlegend": False,
-            "name": "branches",
-        },
-    ]
-    if not many:
-        data.append(
-            {
-                "type": "scatter",
-                "mode": "text",
-                "x": [n.last_index for n in nodes],
-                "y": [n.y for n in nodes],
-                "text": labels,
-                "textposition": "middle right",
-                "cliponaxis": False,  # the root's label sits right of the last step
-                "textfont": {"size": 11, "color": "#344054"},
-                "customdata": urls,
-                "hovertext": hover,
-                "hoverinfo": "text",
-                "showlegend": False,
-                "name": "labels",
-            }
-        )
-    if current is not None:
-        data.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "x": [current.x],
-                "y": [current.y],
-                "customdata": [f"{page}?branch={current.pk}"],
-                "hovertext": [f"current branch: {plotly_text(current.name)}"],
-                "hoverinfo": "text",
-                "marker": {
-                    "size": 20,
-                    "color": "rgba(0,0,0,0)",
-                    "line": {"color": "#111827", "width": 3},
-                },
-                "showlegend": False,
-                "name": "current",
-            }
-        )
-    max_x = max((n.last_index for n in nodes), default=0)
-    # ~22 px a row while labels show; denser rows for big trees (the plot div scrolls).
-    row_px = 22 if len(nodes) <= LABEL_LIMIT else 14
-    height = max(220, 60 + row_px * len(nodes))
-    layout: dict[str, Any] = {
-        "height": height,
-        "margin": {
-            "l": 20,
-            "r": 20 if many else 320,
-            "t": 50 if len(nodes) > LABEL_LIMIT else 10,
-            "b": 10 if len(nodes) > LABEL_LIMIT else 40,
-        },
-        "xaxis": {
-            "title": {"text": "step"},
-            # Tall trees scroll: keep the step axis at the top where it is seen first.
-            "side": "top" if len(nodes) > LABEL_LIMIT else "bottom",
-            "range": [-0.7, max_x + 0.7],
-            "zeroline": False,
-            "dtick": 1 if max_x <= 30 else None,
-        },
-        "yaxis": {
-            # Reversed (row 0 on top) with a fixed range: no autorange padding at 200 rows.
-            "range": [len(nodes) - 0.5, -0.7],
-            "showticklabels": False,
-            "zeroline": False,
-            "showgrid": False,
-        },
-        "hovermode": "closest",
-        "plot_bgcolor": "#fff",
-        "paper_bgcolor": "#fff",
-        "dragmode": "pan",
-    }
-    if layout["xaxis"]["dtick"] is None:
-        del layout["xaxis"]["dtick"]
-    return {
-        "data": data,
-        "layout": layout,
-        "config": {"displaylogo": False, "responsive": True, "scrollZoom": False},
-        "meta": {"branches": len(nodes), "current": current.pk if current else None},
-    }
-
-
 # ---- comparison -------------------------------------------------------------------------
 
 _WORD = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
@@ -377,49 +186,104 @@ _WORD = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
 WORD_DIFF_LIMIT = 20_000
 
 
-def _diff_pieces(a: list[str], b: list[str]) -> SafeString:
-    out: list[str] = []
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+DiffOp = Literal["equal", "delete", "insert"]
+# A diff as plain data: (op, text) pieces; "equal" and "insert" text is from the new text,
+# "delete" text from the reference. A replaced run is a delete piece then an insert piece.
+DiffPieces = list[tuple[DiffOp, str]]
+
+
+# Line diffs with more than this many lines between the common head and tail use difflib's
+# junk heuristic: without it, repetitive text (the same log line thousands of times) costs
+# quadratic time. Word diffs stay exact: above WORD_DIFF_LIMIT characters they become line
+# diffs instead.
+EXACT_DIFF_LINES = 4000
+
+
+def _common_ends(a: list[str], b: list[str]) -> tuple[int, int]:
+    """Lengths of the common head and tail of two token lists (not overlapping)."""
+    limit = min(len(a), len(b))
+    head = 0
+    while head < limit and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    return head, tail
+
+
+def diff_pieces(a: list[str], b: list[str], *, lines: bool = False) -> DiffPieces:
+    """Token list `b` against `a` as (op, text) pieces. The common head and tail are equal
+    pieces at once; difflib compares what lies between."""
+    head, tail = _common_ends(a, b)
+    out: DiffPieces = []
+    if head:
+        out.append(("equal", "".join(b[:head])))
+    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
+    matcher = _matcher(a_mid, b_mid, lines=lines)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
-            out.append(escape("".join(b[j1:j2])))
+            out.append(("equal", "".join(b_mid[j1:j2])))
             continue
         if op in ("delete", "replace"):
-            out.append(format_html("<del>{}</del>", "".join(a[i1:i2])))
+            out.append(("delete", "".join(a_mid[i1:i2])))
         if op in ("insert", "replace"):
-            out.append(format_html("<ins>{}</ins>", "".join(b[j1:j2])))
-    # Every piece above is escaped (escape/format_html): joining them is safe.
-    return mark_safe("".join(out))
+            out.append(("insert", "".join(b_mid[j1:j2])))
+    if tail:
+        out.append(("equal", "".join(b[len(b) - tail :])))
+    # adjacent equal pieces (the head and a first equal run) read as one
+    merged: DiffPieces = []
+    for op, text in out:
+        if merged and merged[-1][0] == op == "equal":
+            merged[-1] = ("equal", merged[-1][1] + text)
+        elif text:
+            merged.append((op, text))
+    return merged
 
 
-def word_diff(reference: str, text: str) -> SafeString:
-    """`text` against `reference`, word by word: removed words in <del>, added in <ins>;
-    every piece of user text escaped."""
+def _matcher(a: list[str], b: list[str], *, lines: bool) -> difflib.SequenceMatcher:
+    junk = lines and len(a) + len(b) > EXACT_DIFF_LINES
+    return difflib.SequenceMatcher(None, a, b, autojunk=junk)
+
+
+def word_pieces(reference: str, text: str) -> DiffPieces:
+    """`text` against `reference`, word by word (lines above WORD_DIFF_LIMIT characters)."""
     if len(reference) + len(text) > WORD_DIFF_LIMIT:
-        return line_diff(reference, text)
-    return _diff_pieces(_WORD.findall(reference), _WORD.findall(text))
+        return line_pieces(reference, text)
+    return diff_pieces(_WORD.findall(reference), _WORD.findall(text))
 
 
-def line_diff(reference: str, text: str) -> SafeString:
-    return _diff_pieces(reference.splitlines(keepends=True), text.splitlines(keepends=True))
+def line_pieces(reference: str, text: str) -> DiffPieces:
+    """`text` against `reference`, line by line (line ends kept in the pieces)."""
+    return diff_pieces(
+        reference.splitlines(keepends=True), text.splitlines(keepends=True), lines=True
+    )
 
 
 def similarity(reference: str, text: str) -> float:
     if reference == text:
         return 1.0
-    if len(reference) + len(text) > WORD_DIFF_LIMIT:
+    lines = len(reference) + len(text) > WORD_DIFF_LIMIT
+    if lines:
         a, b = reference.splitlines(), text.splitlines()
     else:
         a, b = _WORD.findall(reference), _WORD.findall(text)
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+    if not a and not b:
+        return 1.0
+    head, tail = _common_ends(a, b)
+    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
+    matcher = _matcher(a_mid, b_mid, lines=lines)
+    matched = head + tail + sum(block.size for block in matcher.get_matching_blocks())
+    return 2.0 * matched / (len(a) + len(b))
 
 
 @dataclass
 class CompareCell:
     branch: Branch
     step: Step | None
-    action_diff: SafeString | None = None
-    observation_diff: SafeString | None = None
+    # Diff pieces against the reference step (None: nothing to diff; no action diff when the
+    # actions are equal). `studio.presenters.diff` renders them.
+    action_diff: DiffPieces | None = None
+    observation_diff: DiffPieces | None = None
     reference: str = ""  # "recorded", a branch name, or "" (this cell is the reference)
     same: bool = False
     ratio: float | None = None
@@ -480,7 +344,7 @@ def build_comparison(
     """Branches step-aligned by index, `limit` rows from `start` (default: the first step
     that is not shared by all). Each observation is diffed against the recorded one where the
     recorded branch has that step, else against the first selected branch that has it."""
-    differ = line_diff if diff == "lines" else word_diff
+    differ = line_pieces if diff == "lines" else word_pieces
     recorded = Branch.objects.get(trajectory=trajectory, parent__isnull=True)
     lineages = [b.lineage or b.compute_lineage() for b in branches]
     shared = shared_prefix_length(lineages)

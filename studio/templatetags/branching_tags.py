@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from studio.presenters.diff import diff_html as render_diff_pieces
 from studio.rendering import render_action, render_observation
 
 register = template.Library()
@@ -38,6 +39,13 @@ def observation_html(domain: str, text: str, meta=None) -> SafeString:
 @register.simple_tag
 def action_html(domain: str, text: str, meta=None) -> SafeString:
     return render_action(domain, text or "", meta or {})
+
+
+@register.filter
+def diff_html(pieces) -> SafeString:
+    """Diff pieces of a compare cell (`cell.observation_diff`, `cell.action_diff`) as HTML:
+    <del>/<ins> markup, every piece of user text escaped. `{{ cell.observation_diff|diff_html }}`"""
+    return render_diff_pieces(pieces)
 
 
 @register.filter

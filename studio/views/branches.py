@@ -15,11 +15,10 @@ from studio.access import get_branch_for_user, get_trajectory_for_user
 from studio.forms.branching import CompareForm, RenameBranchForm
 from studio.http import HtmxHttpRequest
 from studio.models import Branch, Step
+from studio.presenters.tree import LABEL_LIMIT, build_tree_figure
 from studio.services.branches import (
-    LABEL_LIMIT,
     BranchError,
     build_comparison,
-    build_tree_figure,
     check_delete_branch,
     do_delete_branch,
     do_rename_branch,

@@ -7,14 +7,15 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import path, reverse
 from django.views.decorators.http import require_http_methods
-from django_htmx.http import HttpResponseStopPolling
+from django_htmx.http import HttpResponseStopPolling, push_url, trigger_client_event
 
 from studio.access import get_project_for_user
 from studio.forms.imports import ImportUploadForm
 from studio.http import HtmxHttpRequest
 from studio.models import ImportJob
 from studio.services.import_jobs import do_start_import_job
-from studio.services.job_runtime import live_progress, reap_stale_jobs
+from studio.services.jobs import shown_progress, silent_for_s
+from studio.tasks import enqueue_import
 
 # htmx event sent when an import starts or ends; the upload page's "Recent imports" listens.
 IMPORTS_CHANGED = "importsChanged"
@@ -33,13 +34,13 @@ def import_upload(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
                 fmt=form.cleaned_data["format"],
                 domain=form.cleaned_data["domain"],
             )
+            enqueue_import(job)
             if request.htmx:
                 response = render(
                     request, "imports/job.html#job-status", {"job": job, "project": project}
                 )
-                response["HX-Push-Url"] = reverse("import_job", args=[job.pk])
-                response["HX-Trigger"] = IMPORTS_CHANGED
-                return response
+                response = push_url(response, reverse("import_job", args=[job.pk]))
+                return trigger_client_event(response, IMPORTS_CHANGED)
             return redirect("import_job", job_id=job.pk)
     else:
         form = ImportUploadForm()
@@ -59,19 +60,19 @@ def import_upload(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
 def import_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(ImportJob, pk=job_id)
     project, membership = get_project_for_user(request, job.project_id)
-    if not job.is_finished:
-        # the safety net: a job whose worker died is failed here instead of polling forever
-        if reap_stale_jobs():
-            job.refresh_from_db()
-    # shown, not saved: the worker may be kept from writing the row (see job_runtime's pulse)
-    job.progress = live_progress(job)
-    context = {"job": job, "project": project, "membership": membership}
+    # Shown, not saved: a request never writes a job's state (see studio.services.jobs).
+    job.progress = shown_progress(job)
+    context = {
+        "job": job,
+        "project": project,
+        "membership": membership,
+        "silent_for": silent_for_s(job),
+    }
     if request.htmx:
         html = render_to_string("imports/job.html#job-status", context, request=request)
         if job.is_finished:
-            response = HttpResponseStopPolling(html)
-            response["HX-Trigger"] = IMPORTS_CHANGED  # the upload page refreshes its list
-            return response
+            # the upload page refreshes its list of recent imports
+            return trigger_client_event(HttpResponseStopPolling(html), IMPORTS_CHANGED)
         return HttpResponse(html)
     return render(request, "imports/job.html", context)
 

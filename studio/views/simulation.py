@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import path
-from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
+from inference.simulation.request import ForkFacts
 from studio.access import get_branch_for_user, get_simulation_job_for_user
 from studio.forms.branching import ACTION_SNIPPETS, SimulateForm, pretty_json_or_none
 from studio.http import HtmxHttpRequest
-from studio.models import JobStatus, SimulationJob, Step
+from studio.models import SimulationJob, Step
 from studio.models.trajectories import ParseStatus
-from studio.services import job_runtime, simulation
+from studio.services import jobs, simulation
+from studio.tasks import enqueue_simulation
 
 
 @require_http_methods(["GET", "POST"])
@@ -47,39 +47,26 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
     # index == total: a new step after the branch's last one ("continue"); beyond: nothing.
     if step is None and index != total:
         raise Http404(f"Branch {branch.name!r} has no step {index} (it has {total}).")
-    steps_after = max(0, total - index - 1)
     initial_action = (pretty_json_or_none(step.action) or step.action) if step else ""
     form = SimulateForm(
         request.POST if request.method == "POST" else None,
-        domain=trajectory.domain,
-        steps_after=steps_after,
+        fork_index=index,
+        fork=ForkFacts(
+            step_count=total,
+            recorded_action=step.action if step else None,
+            domain=trajectory.domain,
+        ),
+        defaults=simulation.simulation_defaults(),
         initial={"action": initial_action},
     )
     if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        try:
-            job = simulation.do_start_simulation(
-                user=request.user,
-                branch=branch,
-                fork_index=index,
-                action=data["action"],
-                mode=data["mode"],
-                n=data["n"],
-                params=form.sampling_params(),
-                backend=data["backend"],
-                model=data["model"],
-                base_url=data["base_url"],
-                max_steps=data["max_steps"],
-            )
-        except ValidationError as exc:
-            # The service re-checks what depends on the database (a step that is gone, an
-            # agent model that is not configured); its message goes back to the form.
-            form.add_error(None, "; ".join(exc.messages))
-        else:
-            messages.success(
-                request, f"Started {data['n']} simulation(s) from step {index} of {branch.name!r}."
-            )
-            return redirect("simulation_job", job_id=job.pk)
+        sim = form.cleaned_data["request"]
+        job = simulation.start_simulation(user=request.user, branch=branch, request=sim)
+        enqueue_simulation(job)
+        messages.success(
+            request, f"Started {sim.n} simulation(s) from step {index} of {branch.name!r}."
+        )
+        return redirect("simulation_job", job_id=job.pk)
     context = {
         "trajectory": trajectory,
         "project": trajectory.project,
@@ -88,7 +75,7 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
         "step": step,
         "index": index,
         "context_steps": [s for s in steps if s.index < index],
-        "steps_after": steps_after,
+        "steps_after": form.steps_after,
         "form": form,
         "snippets": ACTION_SNIPPETS.get(trajectory.domain, []),
         "recorded_action": step.action if step else "",
@@ -134,7 +121,7 @@ def _job_context(job: SimulationJob, membership) -> dict:
                 "malformed": malformed,
                 "n_malformed": b.n_malformed,
                 "more_malformed": b.n_malformed - len(malformed),
-                "progress": b.progress or {},
+                "progress": (job.live or {}).get(str(b.sample_index), {}),
             }
         )
     # The worker settles every branch before it marks the job finished, so the job's status
@@ -156,23 +143,14 @@ def _job_context(job: SimulationJob, membership) -> dict:
     }
 
 
-def _refresh_stale(job: SimulationJob) -> SimulationJob:
-    """Polling a job also notices a worker that died under it: a RUNNING job whose heartbeat
-    is too old is marked failed by the jobs runtime (and the page then stops polling)."""
-    if job.status != JobStatus.RUNNING or job.heartbeat_at is None:
-        return job
-    if (timezone.now() - job.heartbeat_at).total_seconds() > job_runtime.stale_after_s():
-        job_runtime.reap_stale_jobs()
-        job.refresh_from_db()
-    return job
-
-
 def simulation_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     """The live page of one job: per branch status, phase, tokens, streamed text, result.
-    htmx polls the `progress` partial every 500 ms; it answers 286 (stop polling) when done."""
+    htmx polls the `progress` partial every 500 ms; it answers 286 (stop polling) when done.
+    Reading never writes: a job whose worker died is failed by the workers' sweeper, and
+    until then the page says that its heartbeat stopped."""
     job, membership = get_simulation_job_for_user(request, job_id)
-    job = _refresh_stale(job)
     context = _job_context(job, membership)
+    context["silent_for"] = jobs.silent_for_s(job)
     if request.htmx:
         html = render_to_string("simulation/job.html#progress", context, request=request)
         if context["done"]:
@@ -187,8 +165,14 @@ def simulation_job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse
     if job.is_finished:
         messages.error(request, f"Job {job.pk} has already finished ({job.status}).")
     else:
-        simulation.do_cancel_job(job)
-        messages.success(request, f"Asked job {job.pk} to stop; finished branches are kept.")
+        job = simulation.cancel_simulation(job)
+        if job.is_finished:
+            messages.success(request, f"Cancelled job {job.pk}; finished branches are kept.")
+        else:
+            messages.success(
+                request,
+                f"Asked job {job.pk} to stop at its next token; finished branches are kept.",
+            )
     return redirect("simulation_job", job_id=job.pk)
 
 
@@ -199,10 +183,11 @@ def simulation_job_retry(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         messages.error(request, f"Job {job.pk} is still {job.status}; cancel it before retrying.")
         return redirect("simulation_job", job_id=job.pk)
     try:
-        new_job = simulation.do_retry_job(job, user=request.user)
-    except ValidationError as exc:
-        messages.error(request, f"Could not retry job {job.pk}: {'; '.join(exc.messages)}")
+        new_job = simulation.retry_simulation(job, user=request.user)
+    except simulation.InvalidRequest as exc:
+        messages.error(request, f"Could not retry job {job.pk}: {exc.summary()}")
         return redirect("simulation_job", job_id=job.pk)
+    enqueue_simulation(new_job)
     messages.success(
         request, f"Retrying job {job.pk} as job {new_job.pk}; the old branches are kept."
     )

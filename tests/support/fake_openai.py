@@ -10,6 +10,10 @@ the chat request. It returns the text of every choice (str), one text per choice
 `(status, body)` to fail the request with that HTTP status (body: str or dict, sent as an
 OpenAI-style error). Every request is recorded.
 
+`hold_after_chunks=K` makes every stream stop after its first K chunks until the test sets
+`srv.release` (or the server shuts down): a job that stays running, without timing. For
+more stops, set `srv.holds = {chunk_number: threading.Event(), ...}` at any time.
+
     with fake_openai_server(lambda req, i: "<predicted_observation>ok</predicted_observation>") as srv:
         backend = make_backend("openai", base_url=srv.base_url, model="m")
         ...
@@ -57,6 +61,8 @@ class FakeOpenAIServer(str):
         obj.in_flight = 0
         obj.max_in_flight = 0
         obj.lock = threading.Lock()
+        obj.release = threading.Event()
+        obj.holds = {}  # chunk number -> Event a stream waits for there
         return obj
 
     @property
@@ -65,7 +71,11 @@ class FakeOpenAIServer(str):
 
 
 def _make_handler(
-    state: FakeOpenAIServer, responder: Responder, delay_s: float, chunk_delay_s: float
+    state: FakeOpenAIServer,
+    responder: Responder,
+    delay_s: float,
+    chunk_delay_s: float,
+    hold_after_chunks: int | None = None,
 ):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
@@ -177,9 +187,14 @@ def _make_handler(
                 "model": body.get("model", state.model),
             }
             try:
+                sent = 0
                 for i, text in enumerate(texts):
                     send({**base, "choices": [{"index": i, "delta": {"role": "assistant"}}]})
                     for piece in split_chunks(text):
+                        hold = state.holds.get(sent)
+                        if hold is not None:
+                            hold.wait(timeout=300)
+                        sent += 1
                         if chunk_delay_s:
                             time.sleep(chunk_delay_s)
                         send(
@@ -229,19 +244,25 @@ def fake_openai_server(
     model: str = "fake-world-model",
     delay_s: float = 0.0,
     chunk_delay_s: float = 0.0,
+    hold_after_chunks: int | None = None,
 ) -> Iterator[FakeOpenAIServer]:
     """Run the server on a free port of 127.0.0.1 for the duration of the block; yields the
     base URL (a `FakeOpenAIServer` str with `requests`, `max_in_flight`, ...)."""
     server = _Server(("127.0.0.1", 0), BaseHTTPRequestHandler)
     state = FakeOpenAIServer(f"http://127.0.0.1:{server.server_address[1]}/v1", model)
     server.RequestHandlerClass = _make_handler(
-        state, responder or default_responder, delay_s, chunk_delay_s
+        state, responder or default_responder, delay_s, chunk_delay_s, hold_after_chunks
     )
+    if hold_after_chunks is not None:
+        state.holds = {hold_after_chunks: state.release}
     thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
     thread.start()
     try:
         yield state
     finally:
+        state.release.set()  # held streams end, so their threads do too
+        for event in list(state.holds.values()):
+            event.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)

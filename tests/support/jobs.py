@@ -48,6 +48,24 @@ def make_trajectory(
     return trajectory
 
 
+def start_job(branch: Branch, *, user=None, params: dict | None = None, **data) -> SimulationJob:
+    """Validate, create and enqueue a simulation as the web does: `data` is the request's
+    input (fork_index, action, n, mode, backend, ...), `params` its sampling fields."""
+    from studio.services.simulation import build_request, start_simulation
+    from studio.tasks import enqueue_simulation
+
+    request = build_request(branch, {**data, **(params or {})})
+    job = start_simulation(user=user, branch=branch, request=request)
+    enqueue_simulation(job)
+    return job
+
+
+def live_texts(job: SimulationJob) -> list[str]:
+    """The streamed text of each future of a running job, as the job row holds it."""
+    live = SimulationJob.objects.get(pk=job.pk).live or {}
+    return [state.get("text", "") for state in live.values()]
+
+
 def wait_job(job: SimulationJob | object, timeout: float = 90.0):
     """Wait until the job row reaches a final status; return the fresh row."""
     model = type(job)
@@ -72,3 +90,33 @@ def default_worker(django_db_setup, django_db_blocker):
     """One real worker on the default queue for the whole module (they start slowly)."""
     with running_worker(("default",)) as proc:
         yield proc
+
+
+def drain_jobs(timeout: float = 60.0) -> None:
+    """Cancel the jobs still queued and wait until none runs (or its worker is gone)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from studio.jobs.runtime import lost_after_s, pulse_is_fresh
+    from studio.models import ImportJob
+    from studio.services.simulation import cancel_simulation
+
+    for job in SimulationJob.objects.filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]):
+        cancel_simulation(job)
+    ImportJob.objects.filter(status=JobStatus.QUEUED).update(
+        status=JobStatus.CANCELLED, finished_at=timezone.now()
+    )
+
+    def settled():
+        alive_after = timezone.now() - timedelta(seconds=lost_after_s())
+        # rows a test wrote as RUNNING were claimed by no task: no worker writes them
+        running = [
+            f"{model.__name__} {j.pk}"
+            for model in (SimulationJob, ImportJob)
+            for j in model.objects.filter(status=JobStatus.RUNNING).exclude(claimed_by="")
+            if j.heartbeat_at >= alive_after or pulse_is_fresh(model, j.pk)
+        ]
+        return not running or None
+
+    wait_for(settled, timeout=timeout)

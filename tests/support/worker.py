@@ -92,13 +92,24 @@ def running_worker(
         yield proc
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
+            # TERM to the main process only: its warm shutdown lets the pool finish the task
+            # at hand and acknowledge it (a TERM to the whole group kills the pool mid-task).
+            os.kill(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        _kill_group(proc.pid)
         log.close()
+
+
+def _kill_group(pgid: int) -> None:
+    """Whatever of the worker's process group outlived it (a pool process)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _wait_ready(proc: subprocess.Popen, log_path: Path, timeout: float = 60) -> None:
@@ -122,3 +133,17 @@ def wait_for(predicate, timeout: float = 60.0, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
+
+
+def purge_test_queues() -> None:
+    """Drop what this test run left in its broker queues."""
+    from studio.celery import app
+
+    prefix = settings.STUDIO_QUEUE_PREFIX
+    try:
+        with app.connection_for_write() as conn:
+            channel = conn.default_channel
+            for base in ("default", "gpu"):
+                channel.queue_purge(f"{prefix}{base}")
+    except Exception:  # noqa: BLE001 - a broker that is down has nothing to purge
+        pass

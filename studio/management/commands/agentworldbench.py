@@ -9,6 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from inference.simulation.limits import BACKENDS
+
 
 class Command(BaseCommand):
     help = "Run world-model inference, judging and scoring over AgentWorldBench files."
@@ -18,7 +20,7 @@ class Command(BaseCommand):
         infer = sub.add_parser("infer", help="predict the observation of every row")
         infer.add_argument("--data", required=True, help="a *_test.jsonl file or a directory")
         infer.add_argument("--out", required=True, help="output JSONL (resumed if it exists)")
-        infer.add_argument("--backend", choices=["openai", "hf", "retrieval"], default="openai")
+        infer.add_argument("--backend", choices=list(BACKENDS), default="openai")
         infer.add_argument("--base-url", default="", help="OpenAI-compatible server (openai)")
         infer.add_argument("--model", default="", help="served model name (openai) or path (hf)")
         infer.add_argument("--api-key", default="")

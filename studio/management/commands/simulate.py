@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from inference.simulation import limits
 from studio.models import Branch, JobStatus, SimulationJob, Trajectory
 
 
@@ -18,10 +18,18 @@ class Command(BaseCommand):
         parser.add_argument("--branch", type=int, help="branch id (default: the recorded branch)")
         parser.add_argument("--step", type=int, required=True, help="0-based step index K")
         parser.add_argument("--action", default=None, help="action at step K (default: recorded)")
-        parser.add_argument("--n", type=int, default=1, help="number of futures (1-64)")
-        parser.add_argument("--mode", choices=["next", "replay", "rollout"], default="next")
-        parser.add_argument("--max-steps", type=int, default=1, help="rollout: agent steps")
-        parser.add_argument("--backend", choices=["retrieval", "openai", "hf"], default=None)
+        parser.add_argument("--action-format", choices=list(limits.ACTION_FORMATS), default="auto")
+        parser.add_argument(
+            "--n", type=int, default=1, help=f"number of futures (1-{limits.MAX_FUTURES})"
+        )
+        parser.add_argument("--mode", choices=list(limits.MODES), default="next")
+        parser.add_argument(
+            "--max-steps",
+            type=int,
+            default=None,
+            help=f"rollout: steps the agent takes (1-{limits.MAX_ROLLOUT_STEPS})",
+        )
+        parser.add_argument("--backend", choices=list(limits.BACKENDS), default=None)
         parser.add_argument("--model", default="")
         parser.add_argument("--base-url", default="")
         parser.add_argument("--temperature", type=float)
@@ -32,7 +40,8 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
 
     def handle(self, *args, **options):
-        from studio.services.simulation import do_start_simulation
+        from studio.services.simulation import InvalidRequest, build_request, start_simulation
+        from studio.tasks import enqueue_simulation
 
         self.verbosity = options["verbosity"]
         trajectory = Trajectory.objects.filter(pk=options["trajectory"]).first()
@@ -46,32 +55,34 @@ class Command(BaseCommand):
                 )
         else:
             branch = trajectory.root_branch
-        params = {
-            key: options[opt]
-            for key, opt in (
-                ("temperature", "temperature"),
-                ("top_p", "top_p"),
-                ("max_tokens", "max_tokens"),
-                ("seed", "seed"),
-            )
-            if options[opt] is not None
+        data = {
+            "fork_index": options["step"],
+            "action": options["action"],
+            "action_format": options["action_format"],
+            "mode": options["mode"],
+            "n": options["n"],
+            "max_steps": options["max_steps"] if options["mode"] == "rollout" else None,
+            "temperature": options["temperature"],
+            "top_p": options["top_p"],
+            "max_tokens": options["max_tokens"],
+            "seed": options["seed"],
+            "backend": options["backend"],
+            "model": options["model"],
+            "base_url": options["base_url"],
         }
         try:
-            job = do_start_simulation(
-                user=None,
-                branch=branch,
-                fork_index=options["step"],
-                action=options["action"] or "",
-                mode=options["mode"],
-                n=options["n"],
-                params=params,
-                backend=options["backend"],
-                model=options["model"],
-                base_url=options["base_url"],
-                max_steps=options["max_steps"],
-            )
-        except ValidationError as exc:
-            raise CommandError("; ".join(exc.messages)) from None
+            request = build_request(branch, data)
+        except InvalidRequest as exc:
+            flags = {"fork_index": "--step", "n": "--n"}
+            raise CommandError(
+                "; ".join(
+                    f"{flags.get(name, '--' + name.replace('_', '-'))}: {message}"
+                    for name, messages in exc.errors.items()
+                    for message in messages
+                )
+            ) from None
+        job = start_simulation(user=None, branch=branch, request=request)
+        enqueue_simulation(job)
         self.stdout.write(
             f"job {job.pk} queued on {job.queue}: {job.n} future(s) of trajectory "
             f"{trajectory.pk} at step {job.fork_index} ({job.mode}, backend {job.backend})"
@@ -84,10 +95,11 @@ class Command(BaseCommand):
             raise CommandError(f"job {job.pk} {job.status}: {job.error or 'no details'}")
 
     def wait(self, job: SimulationJob, timeout: float) -> SimulationJob:
-        from studio.services.job_runtime import reap_stale_jobs
+        from studio.services.jobs import silent_for_s
 
         deadline = time.monotonic() + timeout
         last = None
+        warned = False
         while time.monotonic() < deadline:
             job.refresh_from_db()
             state = (job.status, job.phase)
@@ -96,7 +108,13 @@ class Command(BaseCommand):
             last = state
             if job.is_finished:
                 return job
-            reap_stale_jobs()
+            silent = silent_for_s(job)
+            if silent is not None and not warned and self.verbosity > 0:
+                warned = True
+                self.stderr.write(
+                    f"  no heartbeat from the worker for {silent:.0f} s; a running worker "
+                    "will mark the job failed"
+                )
             time.sleep(0.5)
         raise CommandError(
             f"job {job.pk} still {job.status} after {timeout:.0f} s; it goes on in the worker "

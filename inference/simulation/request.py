@@ -1,0 +1,371 @@
+"""`SimulationRequest`: everything a simulation needs, validated once.
+
+The studio's form, its `simulate` command, the services and any API build a request with
+`SimulationRequest.build(data, fork=..., defaults=...)` and show `InvalidRequest.errors`
+(field name -> messages) where the input came from. The worker builds the same request from
+the job row, so a request that was accepted is run exactly as it was checked.
+
+Input keys (all optional but `fork_index`): `fork_index`, `action` (None: the recorded
+action at the fork), `action_format` (auto | json | text), `mode`, `n`, `max_steps`,
+`temperature`, `top_p`, `max_tokens`, `seed`, `backend`, `model`, `base_url`."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from inference.simulation import limits
+
+FIELDS = (
+    "fork_index",
+    "action",
+    "action_format",
+    "mode",
+    "n",
+    "max_steps",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "seed",
+    "backend",
+    "model",
+    "base_url",
+)
+
+
+class InvalidRequest(ValueError):
+    """The request cannot run; `errors` maps each input field to what is wrong with it."""
+
+    def __init__(self, errors: Mapping[str, list[str]]):
+        self.errors = {name: list(messages) for name, messages in errors.items() if messages}
+        super().__init__(self.summary())
+
+    def summary(self) -> str:
+        return "; ".join(f"{name}: {m}" for name, ms in self.errors.items() for m in ms)
+
+    @property
+    def messages(self) -> list[str]:
+        return [m for ms in self.errors.values() for m in ms]
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What the installation configured: it fills what a request leaves blank."""
+
+    backend: str = limits.OFFLINE_BACKEND
+    openai_model: str = limits.DEFAULT_WORLD_MODEL
+    hf_model: str = ""
+    base_url: str = ""
+    agent_available: bool = False  # an agent model is configured for rollouts
+
+    def model_for(self, backend: str) -> str:
+        if backend == "openai":
+            return self.openai_model
+        if backend == "hf":
+            return self.hf_model or self.openai_model
+        return ""
+
+
+@dataclass(frozen=True)
+class ForkFacts:
+    """What validation needs to know of the branch being forked at `fork_index`."""
+
+    step_count: int  # steps the branch has (inherited and its own)
+    recorded_action: str | None = None  # the action at fork_index when that step exists
+    domain: str = ""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = limits.DEFAULT_TEMPERATURE
+    top_p: float = limits.DEFAULT_TOP_P
+    max_tokens: int = limits.DEFAULT_MAX_TOKENS
+    seed: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class WorldModelChoice:
+    backend: str
+    model: str = ""
+    base_url: str = ""
+
+
+@dataclass(frozen=True)
+class SimulationRequest:
+    fork_index: int
+    action: str
+    mode: str = "next"
+    n: int = 1
+    max_steps: int = 1  # rollout: steps the agent takes at most; 1 for the other modes
+    sampling: Sampling = field(default_factory=Sampling)
+    world_model: WorldModelChoice = field(
+        default_factory=lambda: WorldModelChoice(limits.OFFLINE_BACKEND)
+    )
+    edited: bool = False  # the action differs from the recorded one (or the step is new)
+
+    @property
+    def backend(self) -> str:
+        return self.world_model.backend
+
+    @property
+    def queue_kind(self) -> str:
+        """`gpu` for backends that load a model into the worker, else `default`."""
+        return "gpu" if self.backend in limits.IN_PROCESS_BACKENDS else "default"
+
+    @classmethod
+    def build(
+        cls, data: Mapping[str, Any], *, fork: ForkFacts, defaults: Defaults = Defaults()
+    ) -> SimulationRequest:
+        """Validate and normalise `data`; raise InvalidRequest naming every bad field."""
+        v = _Validator(data)
+        for name in sorted(set(data) - set(FIELDS), key=str):
+            v.error(str(name), f"unknown field {name!r}")
+        mode = v.choice("mode", limits.MODES, default="next")
+        fork_index = v.fork_index(fork)
+        action = v.action(fork, fork_index)
+        n = v.integer("n", 1, limits.MAX_FUTURES, default=1, what="the number of futures")
+        max_steps: int | None = 1
+        if mode == "rollout":
+            max_steps = v.integer(
+                "max_steps",
+                1,
+                limits.MAX_ROLLOUT_STEPS,
+                required=True,
+                what="the steps of the rollout",
+            )
+            if max_steps is not None and max_steps > 1 and not defaults.agent_available:
+                v.error(
+                    "mode",
+                    "agent rollout needs an agent model to propose the actions: configure "
+                    "one (AGENT_MODEL_BASE_URL), or take 1 step",
+                )
+        if mode == "replay" and fork_index is not None and fork_index + 1 >= fork.step_count:
+            v.error(
+                "mode",
+                f"counterfactual replay needs recorded steps after step {fork_index}; it is "
+                "the branch's last step (use next observation or agent rollout)",
+            )
+        sampling = Sampling(
+            temperature=v.number(
+                "temperature", 0.0, limits.TEMPERATURE_MAX, default=limits.DEFAULT_TEMPERATURE
+            ),
+            top_p=v.number("top_p", 0.0, 1.0, default=limits.DEFAULT_TOP_P, open_low=True),
+            max_tokens=v.integer(
+                "max_tokens", 1, limits.MAX_TOKENS, default=limits.DEFAULT_MAX_TOKENS
+            )
+            or limits.DEFAULT_MAX_TOKENS,
+            seed=v.integer("seed", 0, limits.MAX_SEED, default=None),
+        )
+        world_model = v.world_model(defaults)
+        v.raise_if_invalid()
+        assert fork_index is not None and n is not None and max_steps is not None
+        edited = action_is_edited(fork.recorded_action, action)
+        if not edited and fork.recorded_action is not None:
+            # The same action in other clothes (re-indented JSON, a trailing newline): the
+            # step replays the recorded action, so the model is sent that, verbatim.
+            action = fork.recorded_action
+        return cls(
+            fork_index=fork_index,
+            action=action,
+            mode=mode,
+            n=n,
+            max_steps=max_steps,
+            sampling=sampling,
+            world_model=world_model,
+            edited=edited,
+        )
+
+
+def normalise_action(text: str) -> str:
+    """The action as stored and sent: line endings as `\\n`, no trailing whitespace (a
+    textarea's last newline); everything else as the user typed it."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").rstrip()
+
+
+def _as_json(text: str) -> tuple[bool, Any]:
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "{[":
+        return False, None
+    try:
+        return True, json.loads(stripped)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def action_is_edited(recorded: str | None, action: str) -> bool:
+    """Whether `action` differs in meaning from the recorded action: JSON compared as parsed
+    values (so re-indenting is no edit), text with line endings and trailing whitespace
+    normalised. A new step (no recorded action) is always an edit."""
+    if recorded is None:
+        return True
+    a, b = normalise_action(recorded), normalise_action(action)
+    if a == b:
+        return False
+    a_json, a_value = _as_json(a)
+    b_json, b_value = _as_json(b)
+    if a_json and b_json:
+        return a_value != b_value
+    return True
+
+
+def looks_like_json(text: str, domain: str) -> bool:
+    stripped = text.lstrip()
+    return stripped.startswith("{") or (
+        stripped.startswith("[") and domain in limits.JSON_ACTION_DOMAINS
+    )
+
+
+class _Validator:
+    """Collects the errors of one request, field by field."""
+
+    def __init__(self, data: Mapping[str, Any]):
+        self.data = data
+        self.errors: dict[str, list[str]] = {}
+
+    def error(self, name: str, message: str) -> None:
+        self.errors.setdefault(name, []).append(message)
+
+    def raise_if_invalid(self) -> None:
+        if self.errors:
+            raise InvalidRequest(self.errors)
+
+    def blank(self, name: str) -> bool:
+        value = self.data.get(name)
+        return value is None or (isinstance(value, str) and not value.strip())
+
+    def choice(self, name: str, options: Mapping[str, str], *, default: str) -> str:
+        if self.blank(name):
+            return default
+        value = self.data[name]
+        if not isinstance(value, str) or value not in options:
+            self.error(name, f"{name} must be one of {', '.join(options)}, got {value!r}")
+            return default
+        return value
+
+    def integer(
+        self,
+        name: str,
+        low: int,
+        high: int,
+        *,
+        default: int | None = None,
+        required: bool = False,
+        what: str = "",
+    ) -> int | None:
+        label = f"{name} ({what})" if what else name
+        if self.blank(name):
+            if required:
+                self.error(name, f"{label} is required: a whole number from {low} to {high}")
+            return default
+        value = self.data[name]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(name, f"{label} must be a whole number, got {value!r}")
+            return default
+        if not low <= value <= high:
+            self.error(name, f"{label} must be {low} to {high}, got {value}")
+            return default
+        return value
+
+    def fork_index(self, fork: ForkFacts) -> int | None:
+        value = self.data.get("fork_index")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error("fork_index", f"fork_index must be a whole number, got {value!r}")
+            return None
+        if not 0 <= value <= fork.step_count:
+            last = fork.step_count - 1
+            self.error(
+                "fork_index",
+                f"fork_index {value} is outside the branch's steps (0 to {last}, or "
+                f"{fork.step_count} to add a step)",
+            )
+            return None
+        return value
+
+    def number(
+        self, name: str, low: float, high: float, *, default: float, open_low: bool = False
+    ) -> float:
+        if self.blank(name):
+            return default
+        value = self.data[name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.error(name, f"{name} must be a number, got {value!r}")
+            return default
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        too_low = number <= low if open_low else number < low
+        if math.isnan(number) or too_low or number > high:
+            bracket = "(" if open_low else "["
+            shown = value if number != math.inf else "a number too large"
+            self.error(name, f"{name} must be in {bracket}{low:g}, {high:g}], got {shown!r}")
+            return default
+        return number
+
+    def action(self, fork: ForkFacts, fork_index: int | None) -> str:
+        raw = self.data.get("action")
+        fmt = self.choice("action_format", limits.ACTION_FORMATS, default="auto")
+        if raw is None:
+            if fork.recorded_action is None:
+                if fork_index is not None:
+                    self.error(
+                        "action",
+                        f"step {fork_index} is a new step: write the action the agent takes",
+                    )
+                return ""
+            return fork.recorded_action
+        if not isinstance(raw, str):
+            self.error("action", f"the action must be text, got {type(raw).__name__}")
+            return ""
+        action = normalise_action(raw)
+        if not action.strip():
+            self.error("action", "the action is empty: write what the agent does at this step")
+            return ""
+        if fmt == "json" or (fmt == "auto" and looks_like_json(action, fork.domain)):
+            try:
+                json.loads(action)
+            except RecursionError:
+                self.error("action", "the action's JSON is nested too deeply to read")
+            except json.JSONDecodeError as exc:
+                hint = " (choose free text if this action is not JSON)" if fmt == "auto" else ""
+                self.error(
+                    "action",
+                    f"the action is not valid JSON at line {exc.lineno}, column {exc.colno}: "
+                    f"{exc.msg}{hint}",
+                )
+        return action
+
+    def world_model(self, defaults: Defaults) -> WorldModelChoice:
+        backend = self.choice("backend", limits.BACKENDS, default=defaults.backend)
+        model = "" if self.blank("model") else str(self.data["model"]).strip()
+        base_url = "" if self.blank("base_url") else str(self.data["base_url"]).strip()
+        if backend not in limits.BACKENDS_NEEDING_MODEL:
+            return WorldModelChoice(backend)
+        model = model or defaults.model_for(backend)
+        if not model:
+            where = "a served model name" if backend == "openai" else "a model path or hub id"
+            self.error("model", f"the {backend} backend needs {where} (none is configured)")
+        if backend not in limits.BACKENDS_NEEDING_BASE_URL:
+            return WorldModelChoice(backend, model)
+        base_url = (base_url or defaults.base_url).rstrip("/")
+        if not base_url:
+            self.error(
+                "base_url",
+                f"the {backend} backend needs the base URL of an OpenAI-compatible server, "
+                "e.g. http://127.0.0.1:8000/v1 (none is configured: WORLD_MODEL_BASE_URL)",
+            )
+        elif not base_url.startswith(("http://", "https://")):
+            self.error(
+                "base_url", f"the base URL must start with http:// or https://, got {base_url!r}"
+            )
+        return WorldModelChoice(backend, model, base_url)

@@ -1,0 +1,87 @@
+"""Which job messages the broker still holds: lets the sweeper tell a job that waits in a
+long queue from one whose message was lost (Redis restarted without persistence, a failed
+send, a purged queue). Knows the two transports the studio runs on; for any other it cannot
+tell, and says so with None."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def _message_id(payload: Any) -> str | None:
+    if isinstance(payload, bytes | str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return None
+    if not isinstance(payload, dict):
+        return None
+    headers = payload.get("headers") or {}
+    properties = payload.get("properties") or {}
+    found = headers.get("id") or properties.get("correlation_id")
+    return str(found) if found else None
+
+
+def message_ids_held(queues: Iterable[str]) -> set[str] | None:
+    """Ids of the task messages waiting in `queues` or delivered and not yet acknowledged;
+    None when the transport cannot be asked."""
+    from studio.celery import app
+
+    queues = list(queues)
+    try:
+        with app.connection_for_read() as conn:
+            channel = conn.default_channel
+            transport = conn.transport_cls if isinstance(conn.transport_cls, str) else ""
+            if hasattr(channel, "_q_for_pri") and hasattr(channel, "unacked_key"):
+                return _redis_ids(channel, queues)
+            if hasattr(channel, "data_folder_in"):
+                return _filesystem_ids(channel, queues)
+            log.debug("cannot list messages of transport %s", transport or type(channel))
+            return None
+    except Exception:  # a broker that is down cannot say; the next sweep asks again
+        log.warning("could not list the broker's messages", exc_info=True)
+        return None
+
+
+def _redis_ids(channel: Any, queues: list[str]) -> set[str]:
+    client = channel.client
+    found: set[str] = set()
+    for queue in queues:
+        keys = {channel._q_for_pri(queue, pri) for pri in channel.priority_steps}
+        for key in keys:
+            for item in client.lrange(key, 0, -1):
+                mid = _message_id(item)
+                if mid:
+                    found.add(mid)
+    for raw in client.hvals(channel.unacked_key):
+        try:
+            message = json.loads(raw)[0]
+        except (ValueError, IndexError, TypeError):
+            continue
+        mid = _message_id(message)
+        if mid:
+            found.add(mid)
+    return found
+
+
+def _filesystem_ids(channel: Any, queues: list[str]) -> set[str]:
+    folder = channel.data_folder_in
+    wanted = {f"{q}.msg" for q in queues}
+    found: set[str] = set()
+    for name in os.listdir(folder):
+        if name.partition(".")[2] not in wanted:
+            continue
+        try:
+            with open(os.path.join(folder, name), "rb") as f:
+                mid = _message_id(f.read())
+        except OSError:  # taken by a worker meanwhile
+            continue
+        if mid:
+            found.add(mid)
+    return found

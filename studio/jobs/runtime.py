@@ -1,0 +1,296 @@
+"""What every background job shares: claiming its row exactly once, the monitor thread that
+writes its progress and heartbeat, and finishing the row.
+
+Job state lives in the job row: status, phase, progress, figures, the heartbeat, and for a
+simulation the live state of each future (`SimulationJob.live`). The monitor thread writes
+it, one UPDATE per tick through its own connection, so progress shows while the main thread
+works (or holds a long transaction).
+
+Worker loss (documented choice): a job whose worker died is marked FAILED with a readable
+"worker lost" message, never rerun automatically (a half-run job may have written steps, and
+a job that kills its worker, e.g. out of memory, would kill the next one too); the user
+retries it. What decides that a worker died is its heartbeat, never a message alone: a
+message the broker gives back (reject_on_worker_lost when a pool process dies, but also a
+broker connection that dropped while the job runs on) finds the job RUNNING and is ignored;
+the sweeper (`studio.jobs.sweeper`), run by every worker, fails a job whose heartbeat stopped,
+within STUDIO_JOB_STALE_S.
+
+SQLite has one writer: while an import holds its all-or-nothing write transaction nobody
+else can write, heartbeats included. On SQLite only, the monitor therefore also keeps a small
+"pulse" file per job in the data dir; pages overlay its progress and the sweeper treats a
+fresh pulse as a heartbeat. On PostgreSQL there is none."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from studio.models import Branch, ImportJob, JobStatus, SimulationJob
+from studio.models.trajectories import BranchStatus
+
+JobModel = type[ImportJob] | type[SimulationJob]
+
+log = logging.getLogger(__name__)
+
+WORKER_LOST_MESSAGE = (
+    "The worker running this job stopped without finishing it (killed, restarted or out of "
+    "memory); no heartbeat for {age:.0f} s. The job was not retried automatically: use Retry."
+)
+CANCELLED_LOST_MESSAGE = (
+    "Cancelled. Its worker had stopped without finishing (no heartbeat for {age:.0f} s); the "
+    "finished futures are kept."
+)
+
+
+def stale_after_s() -> float:
+    """STUDIO_JOB_STALE_S: a job whose worker died is failed within this many seconds."""
+    return float(getattr(settings, "STUDIO_JOB_STALE_S", 120))
+
+
+def heartbeat_interval_s() -> float:
+    return max(0.25, stale_after_s() / 8)
+
+
+def lost_after_s() -> float:
+    """No heartbeat for this long: the worker is gone. With a sweep every
+    `sweep_interval_s`, a dead worker's job is failed within STUDIO_JOB_STALE_S."""
+    return stale_after_s() * 0.75
+
+
+def sweep_interval_s() -> float:
+    return max(0.25, stale_after_s() / 4)
+
+
+def single_writer_db() -> bool:
+    """SQLite: one writer at a time, so a long transaction blocks every other write."""
+    return connection.vendor == "sqlite"
+
+
+def uses_pulse(model: JobModel) -> bool:
+    return single_writer_db()
+
+
+# ---- claim and finish -------------------------------------------------------------------
+
+
+def claim(model: JobModel, pk: int, message_id: str = "") -> Any:
+    """QUEUED -> RUNNING exactly once. Returns the row when this call claimed it, else None
+    (already running, cancelled, finished or deleted: nothing to do)."""
+    now = timezone.now()
+    claimed = model.objects.filter(pk=pk, status=JobStatus.QUEUED).update(
+        status=JobStatus.RUNNING,
+        started_at=now,
+        heartbeat_at=now,
+        claimed_by=message_id,
+        attempts=F("attempts") + 1,
+    )
+    if claimed == 1:
+        return model.objects.get(pk=pk)
+    row = model.objects.filter(pk=pk).first()
+    if row is None:
+        log.warning("%s %s no longer exists; nothing to do", model.__name__, pk)
+    elif row.status == JobStatus.RUNNING:
+        # A message given back while the job runs on (a broker connection that dropped), a
+        # pool process that died (its heartbeat stops: the sweeper fails the job), or a
+        # duplicate sent after a presumed loss: never run a job twice.
+        again = "redelivered" if row.claimed_by == message_id else "sent again"
+        log.warning(
+            "%s %s is already running; its message %s is ignored", model.__name__, pk, again
+        )
+    else:
+        log.info("%s %s is %s; not running it again", model.__name__, pk, row.status)
+    return None
+
+
+def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
+    """Settle a RUNNING job whose worker is gone (only if nothing changed since): failed, or
+    cancelled when its user had asked it to stop (what they asked for is what happened).
+    The job and its open branches change together."""
+    beat = row.heartbeat_at or row.started_at or row.created_at
+    age = (now - beat).total_seconds()
+    status, branch_status = JobStatus.FAILED, BranchStatus.FAILED
+    message = WORKER_LOST_MESSAGE.format(age=age)
+    extra: dict[str, Any] = {}
+    if model is SimulationJob:
+        extra = {"phase": "failed", "live": {}}
+        if row.cancel_requested:
+            status, branch_status = JobStatus.CANCELLED, BranchStatus.CANCELLED
+            message = CANCELLED_LOST_MESSAGE.format(age=age)
+            extra["phase"] = "cancelled"
+    with transaction.atomic():
+        done = model.objects.filter(
+            pk=row.pk, status=JobStatus.RUNNING, heartbeat_at=row.heartbeat_at
+        ).update(status=status, error=message, finished_at=now, **extra)
+        if done and model is SimulationJob:
+            Branch.objects.filter(
+                job_id=row.pk, status__in=[BranchStatus.QUEUED, BranchStatus.RUNNING]
+            ).update(
+                status=branch_status,
+                error="" if branch_status == BranchStatus.CANCELLED else message,
+            )
+    if done:
+        clear_pulse(model, row.pk)
+    return bool(done)
+
+
+def is_silent(row: Any, now: Any) -> bool:
+    """A RUNNING job whose worker has not beaten for `lost_after_s()`."""
+    beat = row.heartbeat_at or row.started_at or row.created_at
+    return row.status == JobStatus.RUNNING and (now - beat).total_seconds() >= lost_after_s()
+
+
+def finish(
+    model: JobModel, pk: int, status: str, *, branches: dict[str, Any] | None = None, **fields: Any
+) -> bool:
+    """RUNNING -> a final status, and (a simulation) its open branches -> `branches`, in one
+    transaction. Does nothing if the row was swept or finished meanwhile."""
+    fields.setdefault("finished_at", timezone.now())
+    if model is SimulationJob:
+        fields.setdefault("live", {})
+    with transaction.atomic():
+        done = bool(
+            model.objects.filter(pk=pk, status=JobStatus.RUNNING).update(status=status, **fields)
+        )
+        if done and branches:
+            Branch.objects.filter(
+                job_id=pk, status__in=[BranchStatus.QUEUED, BranchStatus.RUNNING]
+            ).update(**branches)
+    clear_pulse(model, pk)
+    return done
+
+
+# ---- the pulse (SQLite imports only) ------------------------------------------------------
+
+
+def _pulse_path(model: JobModel, pk: int) -> Path:
+    return Path(settings.DATA_DIR) / "pulse" / f"{model._meta.model_name}-{pk}.json"
+
+
+def write_pulse(model: JobModel, pk: int, fields: dict[str, Any]) -> None:
+    path = _pulse_path(model, pk)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps({"at": time.time(), **fields}))
+        os.replace(tmp, path)  # readers never see half a file
+    except OSError:
+        log.exception("could not write the pulse of %s %s", model.__name__, pk)
+
+
+def read_pulse(model: JobModel, pk: int) -> dict[str, Any] | None:
+    if not uses_pulse(model):
+        return None
+    try:
+        return json.loads(_pulse_path(model, pk).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def clear_pulse(model: JobModel, pk: int) -> None:
+    if uses_pulse(model):
+        _pulse_path(model, pk).unlink(missing_ok=True)
+
+
+def pulse_is_fresh(model: JobModel, pk: int) -> bool:
+    pulse = read_pulse(model, pk)
+    return pulse is not None and time.time() - float(pulse.get("at", 0)) < lost_after_s()
+
+
+# ---- the monitor thread -----------------------------------------------------------------
+
+
+class JobMonitor:
+    """A thread that owns the job row's progress writes: every `interval` seconds (the pages
+    poll every 0.5 s) it writes the latest pending fields and, when any future moved, the
+    live state of all futures, with the heartbeat, in one UPDATE; it reads
+    `cancel_requested`."""
+
+    def __init__(self, model: JobModel, pk: int, *, interval: float = 0.5):
+        self.model = model
+        self.pk = pk
+        self.interval = interval
+        self.cancel_requested = False
+        self._job_fields: dict[str, Any] = {}
+        self._live: dict[str, dict[str, Any]] = {}
+        self._live_dirty = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._last_beat = 0.0
+        self._pulse: dict[str, Any] = {}
+        self._pulse_on = uses_pulse(model)
+        self._thread = threading.Thread(target=self._run, name=f"monitor-{pk}", daemon=True)
+
+    def __enter__(self) -> JobMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def set_job(self, **fields: Any) -> None:
+        with self._lock:
+            self._job_fields.update(fields)
+
+    def set_live(self, sample: int, state: dict[str, Any]) -> None:
+        with self._lock:
+            self._live[str(sample)] = state
+            self._live_dirty = True
+
+    def drop_live(self, sample: int) -> None:
+        with self._lock:
+            if self._live.pop(str(sample), None) is not None:
+                self._live_dirty = True
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval):
+                self._flush()
+            self._flush()
+        finally:
+            connection.close()
+
+    def _flush(self) -> None:
+        with self._lock:
+            fields, self._job_fields = self._job_fields, {}
+            if self._live_dirty:
+                fields["live"] = dict(self._live)
+                self._live_dirty = False
+        now = time.monotonic()
+        if self._pulse_on:
+            # The pulse first: it never waits on a database lock.
+            self._pulse.update({k: v for k, v in fields.items() if k in ("progress", "phase")})
+            write_pulse(self.model, self.pk, self._pulse)
+        try:
+            close_old_connections()
+            rows = self.model.objects.filter(pk=self.pk, status=JobStatus.RUNNING)
+            if fields or now - self._last_beat >= heartbeat_interval_s():
+                self._last_beat = now
+                rows.update(heartbeat_at=timezone.now(), **fields)
+            if self.model is SimulationJob:
+                state = (
+                    SimulationJob.objects.filter(pk=self.pk)
+                    .values("cancel_requested", "status")
+                    .first()
+                )
+                self.cancel_requested = bool(
+                    state is None
+                    or state["cancel_requested"]
+                    or state["status"] != JobStatus.RUNNING
+                )
+        except Exception:  # a flaky DB must not kill the job; the next tick retries
+            log.exception("progress write for %s %s failed", self.model.__name__, self.pk)
+            with self._lock:  # write these fields again next tick
+                self._job_fields = {**fields, **self._job_fields}
+                if "live" in fields:
+                    self._live_dirty = True

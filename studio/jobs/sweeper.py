@@ -1,0 +1,86 @@
+"""The sweeper: every worker runs it on a timer (`studio.celery`'s bootstep), so jobs of dead
+workers are failed without anyone opening a page, and jobs whose broker message was lost are
+sent again.
+
+- RUNNING, no heartbeat for `lost_after_s()` (and no fresh pulse): failed as "worker lost".
+  With a sweep every `sweep_interval_s()`, within STUDIO_JOB_STALE_S of the worker's death,
+  as long as one worker is alive (one that starts sweeps at once).
+- QUEUED for longer than STUDIO_JOB_STALE_S since its message was sent, and the broker no
+  longer holds that message: sent again with a new message id. A duplicate is harmless: the
+  claim runs a job once and ignores any other message for it."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+from studio.jobs.broker import message_ids_held
+from studio.jobs.runtime import JobModel, fail_lost, lost_after_s, pulse_is_fresh, stale_after_s
+from studio.models import ImportJob, JobStatus, SimulationJob
+
+log = logging.getLogger(__name__)
+
+JOB_MODELS: tuple[JobModel, ...] = (SimulationJob, ImportJob)
+
+
+def reap_stale_jobs() -> int:
+    """Fail RUNNING jobs whose heartbeat stopped. Cheap; safe to run anywhere, often."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=lost_after_s())
+    reaped = 0
+    for model in JOB_MODELS:
+        for row in model.objects.filter(status=JobStatus.RUNNING, heartbeat_at__lt=cutoff):
+            if pulse_is_fresh(model, row.pk):
+                continue  # alive, only kept from writing its row (SQLite's single writer)
+            reaped += fail_lost(model, row, now)
+    if reaped:
+        log.warning("marked %d job(s) failed: worker lost", reaped)
+    return reaped
+
+
+def resend_lost_messages() -> int:
+    """Send again the queued jobs whose message the broker no longer holds."""
+    from studio.tasks import redispatch
+
+    cutoff = timezone.now() - timedelta(seconds=stale_after_s())
+    waiting = []
+    for model in JOB_MODELS:
+        rows = model.objects.filter(status=JobStatus.QUEUED, created_at__lt=cutoff).exclude(
+            dispatched_at__gt=cutoff
+        )
+        waiting += [(model, row) for row in rows]
+    if not waiting:
+        return 0
+    queues = {_queue_of(row) for _, row in waiting}
+    held = message_ids_held(queues)
+    if held is None:
+        return 0  # this broker cannot be asked; never send blind duplicates
+    resent = 0
+    for model, row in waiting:
+        if row.message_id and row.message_id in held:
+            continue  # still waiting its turn in the queue
+        resent += redispatch(model, row.pk, previous=row.message_id)
+    if resent:
+        log.warning("sent %d job message(s) again: the broker had lost them", resent)
+    return resent
+
+
+def _queue_of(row) -> str:
+    from studio.queues import queue_name
+
+    return getattr(row, "queue", "") or queue_name("default")
+
+
+def sweep() -> None:
+    """One sweep (the worker's timer calls this); never raises."""
+    try:
+        reap_stale_jobs()
+        resend_lost_messages()
+    except Exception:
+        log.exception("job sweep failed; the next one tries again")
+    finally:
+        # The worker's main process forks pool processes: never leave them a connection.
+        connection.close()

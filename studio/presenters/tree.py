@@ -1,0 +1,202 @@
+"""The branch tree as a Plotly figure (a plain dict, for json_script) from the plain
+`TreeNode`s of `studio.services.branches`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+
+from studio.models import Trajectory
+from studio.models.trajectories import BranchStatus
+from studio.services.branches import TreeNode, layout_tree, tree_nodes
+
+STATUS_COLORS: dict[str, str] = {
+    BranchStatus.READY: "#3b5bdb",
+    BranchStatus.SUCCEEDED: "#2b8a3e",
+    BranchStatus.QUEUED: "#b7791f",
+    BranchStatus.RUNNING: "#f08c00",
+    BranchStatus.FAILED: "#c92a2a",
+    BranchStatus.CANCELLED: "#868e96",
+}
+ORIGIN_SYMBOLS = {"recorded": "square", "simulated": "circle", "edited": "diamond"}
+# Above this many branches, per-node labels would overlap: hover text carries them instead.
+LABEL_LIMIT = 40
+
+
+def plotly_text(value: str) -> str:
+    """Escape user text for Plotly's text/hover strings, which understand a few HTML-like
+    tags (<b>, <br>, <a>) and only a few named entities: neutralise tags, keep quotes."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def node_label(n: TreeNode) -> str:
+    star = "★ " if n.starred else ""
+    fork = "root" if n.parent_id is None else f"@{n.fork_index}"
+    return f"{star}{fork} · {n.origin} · {n.status} · {n.total_steps} steps"
+
+
+def build_tree_figure(
+    trajectory: Trajectory,
+    current_id: int | None = None,
+    nodes: list[TreeNode] | None = None,
+    *,
+    compact: bool = False,
+) -> dict[str, Any]:
+    """A Plotly figure (plain dict, for json_script) of the trajectory's branch tree.
+
+    Each branch is a row: a marker at its fork step (colour = status, symbol = origin), a line
+    over its own steps, a connector from the parent's row, and a label at its end. Clicking a
+    marker or label opens the branch (customdata holds its URL). `compact` (a narrow side
+    panel) and large trees drop the labels: hover text carries them."""
+    nodes = layout_tree(nodes if nodes is not None else tree_nodes(trajectory))
+    by_id = {n.pk: n for n in nodes}
+    page = reverse("trajectory", args=[trajectory.pk])
+    urls = [f"{page}?branch={n.pk}" for n in nodes]
+    many = compact or len(nodes) > LABEL_LIMIT
+
+    seg_x: list[float | None] = []
+    seg_y: list[float | None] = []
+    link_x: list[float | None] = []
+    link_y: list[float | None] = []
+    for n in nodes:
+        seg_x += [n.fork_index, n.last_index, None]
+        seg_y += [n.y, n.y, None]
+        parent = by_id.get(n.parent_id) if n.parent_id else None
+        if parent is not None:
+            # Elbow: along the parent's row to the fork step, then down to the child's row.
+            link_x += [parent.x, n.fork_index, n.fork_index, None]
+            link_y += [parent.y, parent.y, n.y, None]
+
+    hover = [
+        "<br>".join(
+            [
+                f"<b>{plotly_text(n.name)}</b> (branch {n.pk})",
+                f"fork step: {n.fork_index if n.parent_id else 'root'}",
+                f"origin: {n.origin} · status: {n.status}",
+                f"steps: {n.total_steps} ({n.own_steps} own)",
+                "click to open",
+            ]
+        )
+        for n in nodes
+    ]
+    # An en space keeps each label clear of the marker drawn at the same point.
+    labels = ["\u2002" + plotly_text(node_label(n)) for n in nodes]
+    current = by_id.get(current_id) if current_id else None
+    data: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": link_x,
+            "y": link_y,
+            "line": {"color": "#adb5bd", "width": 1},
+            "hoverinfo": "skip",
+            "showlegend": False,
+            "name": "forks",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": seg_x,
+            "y": seg_y,
+            "line": {"color": "#ced4da", "width": 4},
+            "hoverinfo": "skip",
+            "showlegend": False,
+            "name": "steps",
+        },
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "x": [n.x for n in nodes],
+            "y": [n.y for n in nodes],
+            "customdata": urls,
+            "ids": [str(n.pk) for n in nodes],
+            "hovertext": hover,
+            "hoverinfo": "text",
+            "marker": {
+                "size": 9 if many else 12,
+                "color": [STATUS_COLORS.get(n.status, "#495057") for n in nodes],
+                "symbol": [ORIGIN_SYMBOLS.get(n.origin, "circle") for n in nodes],
+                "line": {"color": "#fff", "width": 1},
+            },
+            "showlegend": False,
+            "name": "branches",
+        },
+    ]
+    if not many:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "text",
+                "x": [n.last_index for n in nodes],
+                "y": [n.y for n in nodes],
+                "text": labels,
+                "textposition": "middle right",
+                "cliponaxis": False,  # the root's label sits right of the last step
+                "textfont": {"size": 11, "color": "#344054"},
+                "customdata": urls,
+                "hovertext": hover,
+                "hoverinfo": "text",
+                "showlegend": False,
+                "name": "labels",
+            }
+        )
+    if current is not None:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": [current.x],
+                "y": [current.y],
+                "customdata": [f"{page}?branch={current.pk}"],
+                "hovertext": [f"current branch: {plotly_text(current.name)}"],
+                "hoverinfo": "text",
+                "marker": {
+                    "size": 20,
+                    "color": "rgba(0,0,0,0)",
+                    "line": {"color": "#111827", "width": 3},
+                },
+                "showlegend": False,
+                "name": "current",
+            }
+        )
+    max_x = max((n.last_index for n in nodes), default=0)
+    # ~22 px a row while labels show; denser rows for big trees (the plot div scrolls).
+    row_px = 22 if len(nodes) <= LABEL_LIMIT else 14
+    height = max(220, 60 + row_px * len(nodes))
+    layout: dict[str, Any] = {
+        "height": height,
+        "margin": {
+            "l": 20,
+            "r": 20 if many else 320,
+            "t": 50 if len(nodes) > LABEL_LIMIT else 10,
+            "b": 10 if len(nodes) > LABEL_LIMIT else 40,
+        },
+        "xaxis": {
+            "title": {"text": "step"},
+            # Tall trees scroll: keep the step axis at the top where it is seen first.
+            "side": "top" if len(nodes) > LABEL_LIMIT else "bottom",
+            "range": [-0.7, max_x + 0.7],
+            "zeroline": False,
+            "dtick": 1 if max_x <= 30 else None,
+        },
+        "yaxis": {
+            # Reversed (row 0 on top) with a fixed range: no autorange padding at 200 rows.
+            "range": [len(nodes) - 0.5, -0.7],
+            "showticklabels": False,
+            "zeroline": False,
+            "showgrid": False,
+        },
+        "hovermode": "closest",
+        "plot_bgcolor": "#fff",
+        "paper_bgcolor": "#fff",
+        "dragmode": "pan",
+    }
+    if layout["xaxis"]["dtick"] is None:
+        del layout["xaxis"]["dtick"]
+    return {
+        "data": data,
+        "layout": layout,
+        "config": {"displaylogo": False, "responsive": True, "scrollZoom": False},
+        "meta": {"branches": len(nodes), "current": current.pk if current else None},
+    }

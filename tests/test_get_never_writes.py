@@ -1,0 +1,58 @@
+"""No GET request writes to the database, whatever state its job is in (a job whose worker
+died is settled by the workers' sweeper, not by whoever looks at it)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from studio.models import ImportJob, JobStatus, SimulationJob, Step
+from tests.support.branching import make_child, make_job, make_trajectory
+
+WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER)\b", re.I)
+
+
+def test_every_page_of_a_project_only_reads(researcher_client, project, settings):
+    settings.STUDIO_JOB_STALE_S = 30
+    traj, root = make_trajectory(project)
+    job = make_job(root, 1, n=2, status="running")
+    child = make_child(root, 1, ["out"], job=job, status="running", name="future")
+    make_child(root, 1, ["other"], job=job, status="running", sample_index=1, name="other")
+    long_ago = timezone.now() - timedelta(minutes=10)
+    SimulationJob.objects.filter(pk=job.pk).update(heartbeat_at=long_ago)  # a dead worker
+    imp = ImportJob.objects.create(
+        project=project, original_name="a.json", stored_path="/x", status=JobStatus.RUNNING
+    )
+    ImportJob.objects.filter(pk=imp.pk).update(heartbeat_at=long_ago)
+    step = Step.objects.filter(branch=child).first()
+    urls = [
+        reverse("project_list"),
+        reverse("library", args=[project.pk]),
+        reverse("project_members", args=[project.pk]),
+        reverse("trajectory", args=[traj.pk]) + f"?branch={child.pk}",
+        reverse("trajectory_steps", args=[traj.pk]) + "?start=0",
+        reverse("step_observation", args=[step.pk]),
+        reverse("step_raw_output", args=[step.pk]),
+        reverse("import_upload", args=[project.pk]),
+        reverse("import_job", args=[imp.pk]),
+        reverse("branch_fork", args=[root.pk, 2]),
+        reverse("simulation_job", args=[job.pk]),
+        reverse("branch_tree", args=[traj.pk]),
+        reverse("branch_compare", args=[traj.pk]) + f"?b={root.pk}&b={child.pk}",
+        reverse("branch_delete", args=[child.pk]),
+    ]
+    for url in urls:
+        for headers in ({}, {"HX-Request": "true"}):
+            with CaptureQueriesContext(connection) as queries:
+                response = researcher_client.get(url, headers=headers)
+            assert response.status_code in (200, 286, 400, 409), (url, response.status_code)
+            writes = [q["sql"] for q in queries if WRITE.match(q["sql"])]
+            assert writes == [], (url, writes)
+    job.refresh_from_db()
+    imp.refresh_from_db()
+    assert job.status == imp.status == JobStatus.RUNNING  # shown as silent, not settled
