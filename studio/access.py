@@ -8,7 +8,16 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 
-from studio.models import Branch, Membership, Project, SimulationJob, Step, Trajectory
+from studio.models import (
+    Branch,
+    Membership,
+    ModelEndpoint,
+    Project,
+    Role,
+    SimulationJob,
+    Step,
+    Trajectory,
+)
 
 
 def signed_in_user(request: HttpRequest) -> User:
@@ -89,3 +98,20 @@ def get_simulation_job_for_user(
     if edit:
         require_edit(membership)
     return job, membership
+
+
+def require_admin(membership: Membership) -> None:
+    if membership.role != Role.ADMIN:
+        raise PermissionDenied("Only project admins can change the project's model endpoints.")
+
+
+def get_endpoint_for_user(
+    request: HttpRequest, pk: int, *, edit: bool = False, admin: bool = False
+) -> tuple[ModelEndpoint, Membership]:
+    endpoint = get_object_or_404(ModelEndpoint.objects.select_related("project"), pk=pk)
+    membership = membership_for(request, endpoint.project_id)
+    if admin:
+        require_admin(membership)
+    elif edit:
+        require_edit(membership)
+    return endpoint, membership

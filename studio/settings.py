@@ -30,6 +30,22 @@ if not SECRET_KEY:
         )
     SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"
 
+# Fernet keys that encrypt stored API keys (see studio/secrets.py); unset: derived from
+# SECRET_KEY.
+STUDIO_ENCRYPTION_KEYS = env_list("STUDIO_ENCRYPTION_KEYS", [])
+for _key in STUDIO_ENCRYPTION_KEYS:
+    try:
+        import base64 as _b64
+
+        if len(_b64.urlsafe_b64decode(_key.encode())) != 32:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(
+            "STUDIO_ENCRYPTION_KEYS holds a value that is not a Fernet key (32 url-safe base64 "
+            "bytes; make one with: python -c 'from cryptography.fernet import Fernet; "
+            "print(Fernet.generate_key().decode())')"
+        ) from None
+
 ALLOWED_HOSTS = env_list(
     "ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"] if DEBUG else []
 )

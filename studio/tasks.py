@@ -36,6 +36,7 @@ JOB_TASK_OPTIONS = {
 
 SIMULATION_TASK = "studio.run_simulation_job"
 IMPORT_TASK = "studio.run_import_job"
+PROBE_TASK = "studio.probe_endpoint"
 
 
 @shared_task(name=SIMULATION_TASK, **JOB_TASK_OPTIONS)
@@ -54,6 +55,16 @@ def run_import_job(self, job_id: int) -> None:
 
     try:
         body(job_id, self.request.id or "")
+    finally:
+        release_memory()
+
+
+@shared_task(name=PROBE_TASK, ignore_result=True, soft_time_limit=600, time_limit=660)
+def probe_endpoint(endpoint_id: int) -> None:
+    from studio.jobs.endpoint_probe import probe_in_process_endpoint
+
+    try:
+        probe_in_process_endpoint(endpoint_id)
     finally:
         release_memory()
 
@@ -104,6 +115,13 @@ def enqueue_simulation(job: SimulationJob) -> None:
 
 def enqueue_import(job: ImportJob) -> None:
     transaction.on_commit(lambda: _send(ImportJob, job.pk, None))
+
+
+def enqueue_endpoint_probe(endpoint_id: int) -> None:
+    """Ask a gpu worker to load an in-process model and answer one token."""
+    transaction.on_commit(
+        lambda: probe_endpoint.apply_async(args=[endpoint_id], queue=queue_name("gpu"))
+    )
 
 
 def redispatch(model: type[ImportJob] | type[SimulationJob], pk: int, previous: str) -> bool:

@@ -20,4 +20,5 @@ urlpatterns = [
     path("", include("studio.views.imports")),
     path("", include("studio.views.simulation")),
     path("", include("studio.views.branches")),
+    path("", include("studio.views.endpoints")),
 ]

@@ -8,6 +8,7 @@ import pytest
 from django.conf import settings
 
 from studio.models import Membership, Project, Role
+from studio.services.endpoints import seed_endpoints
 from tests.support.jobs import drain_jobs
 from tests.support.worker import purge_test_queues
 
@@ -60,6 +61,7 @@ def make_user(django_user_model):
 def project(db, make_user):
     """A project with one user per role, plus an outsider who belongs to another project."""
     proj = Project.objects.create(name="Test project")
+    seed_endpoints(proj)  # as every new project: the environment's models (the baseline here)
     users = {}
     for role in (Role.ADMIN, Role.RESEARCHER, Role.ANNOTATOR):
         user = make_user(role.value)
@@ -72,6 +74,12 @@ def project(db, make_user):
     proj.outsider = outsider  # type: ignore[attr-defined]
     proj.other = other  # type: ignore[attr-defined]
     return proj
+
+
+@pytest.fixture
+def world_endpoints(project):
+    """The project's world models by kind; a fake server's endpoint is added by the tests."""
+    return {e.kind: e for e in project.endpoints.filter(role="world")}
 
 
 @pytest.fixture

@@ -330,3 +330,36 @@ def test_interrupted_run_does_not_compute_the_remaining_rows(tmp_path):
         run_concurrently(rows, work, out, concurrency=1, desc="t", show_progress=False)
     assert len(calls) <= 2  # the rows not started are dropped, not run and thrown away
     assert not out.read_text()
+
+
+@pytest.mark.django_db
+def test_infer_and_judge_take_a_projects_endpoint_by_name(tmp_path, project):
+    from studio.services.endpoints import EndpointData, save_endpoint
+
+    out = tmp_path / "pred.jsonl"
+    with fake_openai_server(world_responder) as srv:
+        save_endpoint(
+            project,
+            EndpointData(
+                name="bench world", role="world", kind="openai", base_url=srv.base_url,
+                model="awm-endpoint", api_key="bench-key",
+            ),
+        )  # fmt: skip
+        call_command(
+            "agentworldbench", "infer", "--data", str(AWB_DIR), "--out", str(out),
+            "--endpoint", "bench world", "--project", project.name, verbosity=0,
+            stdout=StringIO(),
+        )  # fmt: skip
+        assert {b["model"] for b in srv.requests} == {"awm-endpoint"}
+        assert set(srv.authorizations) == {"Bearer bench-key"}
+    assert len(read_jsonl(out)) == len(ROWS)
+    with pytest.raises(CommandError, match="is a world model, not a judge model"):
+        call_command(
+            "agentworldbench", "judge", "--predictions", str(out), "--out",
+            str(tmp_path / "j.jsonl"), "--endpoint", "bench world", "--project", project.name,
+        )  # fmt: skip
+    with pytest.raises(CommandError, match="needs --project"):
+        call_command(
+            "agentworldbench", "infer", "--data", str(AWB_DIR), "--out", str(out),
+            "--endpoint", "bench world",
+        )  # fmt: skip

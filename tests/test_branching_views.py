@@ -20,10 +20,13 @@ EDITOR_POST = {
     "top_p": "0.95",
     "max_tokens": "32",
     "seed": "1",
-    "backend": "retrieval",
-    "model": "",
-    "base_url": "",
 }
+
+
+def editor_post(project, **changes) -> dict:
+    """The editor's fields as the browser posts them, with the project's baseline model."""
+    world = project.endpoints.get(kind="retrieval")
+    return {**EDITOR_POST, "world_endpoint": str(world.pk), **changes}
 
 
 @pytest.fixture
@@ -49,7 +52,9 @@ def test_annotator_views_but_cannot_branch_or_manage(annotator_client, traj):
     child = make_child(root, 2, ["x"])
     c = annotator_client
     assert c.get(reverse("branch_fork", args=[root.pk, 1])).status_code == 403
-    assert c.post(reverse("branch_fork", args=[root.pk, 1]), EDITOR_POST).status_code == 403
+    assert (
+        c.post(reverse("branch_fork", args=[root.pk, 1]), editor_post(t.project)).status_code == 403
+    )
     assert c.post(reverse("branch_rename", args=[child.pk]), {"name": "z"}).status_code == 403
     assert c.post(reverse("branch_star", args=[child.pk])).status_code == 403
     assert c.get(reverse("branch_delete", args=[child.pk])).status_code == 403
@@ -110,7 +115,7 @@ def test_editor_prefills_pretty_json_and_domain_snippets(researcher_client, proj
 def test_editor_errors_are_shown_and_nothing_is_created(researcher_client, traj):
     t, root = traj
     url = reverse("branch_fork", args=[root.pk, 1])
-    bad = {**EDITOR_POST, "n": "65", "action": "", "top_p": "1.5"}
+    bad = editor_post(t.project, n="65", action="", top_p="1.5")
     r = researcher_client.post(url, bad)
     assert r.status_code == 400
     html = r.content.decode()
@@ -128,7 +133,7 @@ def test_editor_missing_step_is_404(researcher_client, traj):
 def test_submit_creates_n_siblings_and_one_job(researcher_client, traj):
     t, root = traj
     r = researcher_client.post(
-        reverse("branch_fork", args=[root.pk, 2]), {**EDITOR_POST, "action": "pytest -x"}
+        reverse("branch_fork", args=[root.pk, 2]), editor_post(t.project, action="pytest -x")
     )
     job = SimulationJob.objects.get()
     assert r.status_code == 302 and r["Location"] == reverse("simulation_job", args=[job.pk])
@@ -141,7 +146,9 @@ def test_submit_creates_n_siblings_and_one_job(researcher_client, traj):
 def test_resimulate_from_a_simulated_branch_keeps_it(researcher_client, traj):
     t, root = traj
     sim = make_child(root, 1, ["a", "b", "c"], name="first try")
-    r = researcher_client.post(reverse("branch_fork", args=[sim.pk, 2]), {**EDITOR_POST, "n": "1"})
+    r = researcher_client.post(
+        reverse("branch_fork", args=[sim.pk, 2]), editor_post(t.project, n="1")
+    )
     assert r.status_code == 302
     new = Branch.objects.get(parent=sim)
     assert new.fork_index == 2
@@ -185,7 +192,8 @@ def test_job_page_streams_progress_then_stops_polling(researcher_client, traj):
         index=1,
         action="ls",
         observation="<img src=x onerror=alert(1)>",
-        provenance="simulated",
+        provenance="replayed",
+        observation_source="simulated",
         parse_status="unclosed",
     )
     Branch.objects.filter(pk=a.pk).update(status="succeeded")
@@ -203,7 +211,7 @@ def test_job_page_streams_progress_then_stops_polling(researcher_client, traj):
 
 def test_cancel_and_retry(researcher_client, traj):
     t, root = traj
-    r = researcher_client.post(reverse("branch_fork", args=[root.pk, 1]), EDITOR_POST)
+    r = researcher_client.post(reverse("branch_fork", args=[root.pk, 1]), editor_post(t.project))
     job = SimulationJob.objects.get()
     r = researcher_client.post(reverse("simulation_job_cancel", args=[job.pk]))
     assert r.status_code == 302
@@ -479,7 +487,7 @@ def test_continue_a_branch_with_a_new_step(researcher_client, traj):
     html = researcher_client.get(url).content.decode()
     assert "Continue <em>sim</em> with a new step 5" in html
     assert researcher_client.get(reverse("branch_fork", args=[sim.pk, 6])).status_code == 404
-    r = researcher_client.post(url, {**EDITOR_POST, "action": "echo next", "n": "1"})
+    r = researcher_client.post(url, editor_post(t.project, action="echo next", n="1"))
     assert r.status_code == 302
     new = Branch.objects.get(parent=sim)
     assert new.fork_index == 5 and new.origin == "edited"

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from studio.models import Branch, JobStatus, SimulationJob
+from studio.models import Branch, JobStatus, ModelEndpoint, SimulationJob
 from tests.support.branching import make_trajectory
 from tests.support.tiny_model import tiny_model_path  # noqa: F401
 from tests.support.worker import running_worker
@@ -35,14 +35,12 @@ def open_editor(page, live_server, trajectory, root, index):
     page.wait_for_url(re.compile(rf"/branches/{root.pk}/steps/{index}/fork/$"))
 
 
-def submit_simulation(page, *, action, n, backend, model="", max_tokens=16):
+def submit_simulation(page, *, action, n, world="Retrieval baseline", max_tokens=16):
     page.fill("textarea[name=action]", action)
+    page.select_option("select[name=world_endpoint]", label=world)
     page.fill("input[name=n]", str(n))
     page.fill("input[name=max_tokens]", str(max_tokens))
     page.fill("input[name=seed]", "3")
-    page.select_option("select[name=backend]", backend)
-    if model:
-        page.fill("input[name=model]", model)
     page.click("#simulate-submit")
     page.wait_for_url(re.compile(r"/jobs/\d+/$"))
     return int(re.search(r"/jobs/(\d+)/$", page.url).group(1))
@@ -82,17 +80,23 @@ def click_tree_node(page, branch_id: int):
     page.mouse.click(box["x"], box["y"])
 
 
-def run_flow(page, live_server, login, project, *, backend, model=""):
-    trajectory, root = make_trajectory(project, key=f"browser-{backend}")
+def tiny_endpoint(project, path) -> str:
+    """The tiny model registered as the project's in-process world model."""
+    ModelEndpoint.objects.create(
+        project=project, name="tiny qwen3.5-moe", role="world", kind="hf", model=str(path)
+    )
+    return "tiny qwen3.5-moe"
+
+
+def run_flow(page, live_server, login, project, *, world):
+    trajectory, root = make_trajectory(project, key=f"browser-{world}")
     login(page, "researcher")
     open_editor(page, live_server, trajectory, root, 2)
     # The editor holds the step's action; edit it (a snippet, then our own change).
     assert page.input_value("textarea[name=action]") == "python -m pytest -q"
     page.click("button.snippet >> text=List files")
     assert page.input_value("textarea[name=action]") == "ls -la"
-    job_id = submit_simulation(
-        page, action="python -m pytest -q -k smoke", n=3, backend=backend, model=model
-    )
+    job_id = submit_simulation(page, action="python -m pytest -q -k smoke", n=3, world=world)
     initially_done = page.get_attribute(".job-summary", "data-done")
     status = watch_job_finish(page)
     job = SimulationJob.objects.get(pk=job_id)
@@ -121,7 +125,7 @@ def run_flow(page, live_server, login, project, *, backend, model=""):
 
 
 def test_branch_edit_simulate_compare_tree_retrieval(page, live_server, login, project, worker):
-    trajectory, job, _ = run_flow(page, live_server, login, project, backend="retrieval")
+    trajectory, job, _ = run_flow(page, live_server, login, project, world="Retrieval baseline")
     # the baseline is labelled as such
     page.goto(f"{live_server.url}/jobs/{job.pk}/")
     assert "non-neural baseline" in page.inner_text(".job-summary")
@@ -168,7 +172,7 @@ def test_branch_edit_simulate_compare_tree_tiny_model(
     tiny_model_path,  # noqa: F811
 ):
     _, job, initially_done = run_flow(
-        page, live_server, login, project, backend="hf", model=tiny_model_path
+        page, live_server, login, project, world=tiny_endpoint(project, tiny_model_path)
     )
     # The model loads in the worker first: the page was live before the job finished.
     assert initially_done == "0"
@@ -187,11 +191,10 @@ def test_sixteen_futures_on_tiny_model_all_in_tree(
     tiny_model_path,  # noqa: F811
 ):
     trajectory, root = make_trajectory(project, key="browser-16")
+    world = tiny_endpoint(project, tiny_model_path)
     login(page, "researcher")
     open_editor(page, live_server, trajectory, root, 1)
-    job_id = submit_simulation(
-        page, action="cat setup.py", n=16, backend="hf", model=tiny_model_path, max_tokens=8
-    )
+    job_id = submit_simulation(page, action="cat setup.py", n=16, world=world, max_tokens=8)
     assert watch_job_finish(page) == "Succeeded", SimulationJob.objects.get(pk=job_id).error
     assert page.locator(".job-branch[data-branch-status='succeeded']").count() == 16
     page.click("text=Branch tree")
@@ -221,7 +224,7 @@ def test_branching_a_trajectory_imported_from_a_file(
     login(page, "researcher")
     open_editor(page, live_server, trajectory, root, 1)
     assert page.input_value("textarea[name=action]") == recorded.action.rstrip()
-    job_id = submit_simulation(page, action="ls -la /", n=2, backend="retrieval")
+    job_id = submit_simulation(page, action="ls -la /", n=2)
     assert watch_job_finish(page) == "Succeeded", SimulationJob.objects.get(pk=job_id).error
     kids = list(Branch.objects.filter(job_id=job_id))
     assert all(k.steps.get().observation for k in kids)

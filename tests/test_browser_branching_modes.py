@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from studio.models import Branch, JobStatus, SimulationJob, Step
+from studio.models import Branch, JobStatus, ModelEndpoint, SimulationJob, Step
 from tests.support.branching import make_trajectory
 from tests.support.fake_openai import fake_openai_server
 from tests.support.worker import running_worker
@@ -56,15 +56,18 @@ def fake_model():
 
 @pytest.fixture(scope="module")
 def worker(django_db_setup, django_db_blocker, fake_model):
-    env = {"AGENT_MODEL_BASE_URL": str(fake_model), "AGENT_MODEL_NAME": "fake-agent"}
-    with running_worker(("default",), extra_env=env) as proc:
+    with running_worker(("default",)) as proc:
         yield proc
 
 
-@pytest.fixture
-def agent_settings(settings, fake_model):
-    settings.AGENT_MODEL_BASE_URL = str(fake_model)
-    return settings
+def fake_endpoints(project, fake_model) -> None:
+    """The fake server registered as the project's world model and agent model."""
+    for role, name in (("world", "fake world model"), ("agent", "fake agent")):
+        ModelEndpoint.objects.get_or_create(
+            project=project,
+            name=name,
+            defaults={"role": role, "kind": "openai", "base_url": str(fake_model), "model": name},
+        )
 
 
 def start(page, live_server, login, trajectory, root, index, **fields):
@@ -74,7 +77,9 @@ def start(page, live_server, login, trajectory, root, index, **fields):
     page.wait_for_url(re.compile(rf"/branches/{root.pk}/steps/{index}/fork/$"))
     for name, value in fields.items():
         selector = f"[name={name}]"
-        if name in ("mode", "backend"):
+        if name in ("world_endpoint", "agent_endpoint"):
+            page.select_option(selector, label=value)
+        elif name == "mode":
             page.select_option(selector, value)
         else:
             page.fill(selector, str(value))
@@ -94,6 +99,7 @@ def test_live_streaming_of_the_world_model_text(
     page, live_server, login, project, worker, fake_model
 ):
     trajectory, root = make_trajectory(project, key="stream")
+    fake_endpoints(project, fake_model)
     # The streams stop twice, in the thinking and in the observation, until the page has
     # shown each: the page sees the text arrive piece by piece, with no timing involved.
     in_thinking, in_observation = threading.Event(), threading.Event()
@@ -108,9 +114,7 @@ def test_live_streaming_of_the_world_model_text(
             1,
             action="cat setup.py",
             n=2,
-            backend="openai",
-            base_url=str(fake_model),
-            model="fake",
+            world_endpoint="fake world model",
             max_tokens=64,
         )
         # While decoding, the running branches show their text so far and the phase,
@@ -146,22 +150,21 @@ def test_counterfactual_replay_resimulates_later_steps(page, live_server, login,
         action="python -m pytest -q --lf",
         n=2,
         mode="replay",
-        backend="retrieval",
+        world_endpoint="Retrieval baseline",
     )
     finished(page, job)
     for branch in Branch.objects.filter(job=job):
         steps = list(branch.all_steps())
         assert [s.index for s in steps] == [0, 1, 2, 3, 4]
         assert [s.action for s in steps[3:]] == ["git status", "echo done"]  # recorded actions kept
-        assert all(s.branch_id == branch.pk and s.provenance == "simulated" for s in steps[3:])
+        assert all(s.branch_id == branch.pk and s.provenance == "replayed" for s in steps[3:])
     page.click("#job-compare")
     assert page.locator("#compare-step-4").count() == 1
 
 
-def test_agent_rollout_until_final_answer(
-    page, live_server, login, project, worker, fake_model, agent_settings
-):
+def test_agent_rollout_until_final_answer(page, live_server, login, project, worker, fake_model):
     trajectory, root = make_trajectory(project, key="rollout")
+    fake_endpoints(project, fake_model)
     job = start(
         page,
         live_server,
@@ -173,9 +176,8 @@ def test_agent_rollout_until_final_answer(
         n=2,
         mode="rollout",
         max_steps=5,
-        backend="openai",
-        base_url=str(fake_model),
-        model="fake",
+        world_endpoint="fake world model",
+        agent_endpoint="fake agent",
     )
     finished(page, job)
     for branch in Branch.objects.filter(job=job):

@@ -8,6 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from studio.models import JobStatus, SimulationJob
+from studio.services.endpoints import EndpointData, save_endpoint
 from tests.support.fake_openai import fake_openai_server
 from tests.support.jobs import default_worker, make_trajectory  # noqa: F401
 
@@ -42,6 +43,28 @@ def test_simulate_wait_exits_non_zero_on_failure(project, default_worker):  # no
     assert SimulationJob.objects.get().status == JobStatus.FAILED
 
 
+def test_simulate_runs_a_named_endpoint(project, default_worker):  # noqa: F811
+    trajectory = make_trajectory(project)
+    answer = "<predicted_observation>Flask 3.0.2</predicted_observation>"
+    with fake_openai_server(lambda b, i: answer) as srv:
+        save_endpoint(
+            project,
+            EndpointData(
+                name="lab vLLM", role="world", kind="openai", base_url=srv.base_url, model="w",
+                api_key="lab-key",
+            ),
+        )  # fmt: skip
+        out = StringIO()
+        call_command(
+            "simulate", "--trajectory", str(trajectory.pk), "--step", "2",
+            "--endpoint", "lab vLLM", "--wait", stdout=out,
+        )  # fmt: skip
+        assert srv.authorizations == ["Bearer lab-key"]
+    job = SimulationJob.objects.get()
+    assert job.world_endpoint.name == "lab vLLM" and (job.backend, job.model) == ("openai", "w")
+    assert "model 'lab vLLM'" in out.getvalue() and "Flask 3.0.2" in out.getvalue()
+
+
 def test_simulate_rejects_bad_arguments(project):
     trajectory = make_trajectory(project)
     with pytest.raises(CommandError, match="no trajectory with id 999999"):
@@ -50,4 +73,13 @@ def test_simulate_rejects_bad_arguments(project):
         call_command("simulate", "--trajectory", str(trajectory.pk), "--step", "7")
     with pytest.raises(CommandError, match="must be 1 to 64"):
         call_command("simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--n", "100")
+    with pytest.raises(CommandError, match="no model endpoint named 'nope'.*Retrieval baseline"):
+        call_command(
+            "simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--endpoint", "nope"
+        )
+    with pytest.raises(CommandError, match="--agent-endpoint: an agent rollout .* needs an agent"):
+        call_command(
+            "simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--mode", "rollout",
+            "--max-steps", "3",
+        )  # fmt: skip
     assert not SimulationJob.objects.exists()

@@ -3,12 +3,16 @@ a real worker: exact prompts for AgentWorldBench imports, odd outputs, rollout, 
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from inference.prompts import reference_messages
 from studio.models import JobStatus, SimulationJob, Step, Trajectory
+from studio.services.endpoints import EndpointData, agent_input, save_endpoint, world_input
 from studio.services.imports import do_import_file
-from studio.services.simulation import cancel_simulation
+from studio.services.simulation import build_request, cancel_simulation, start_simulation
+from studio.tasks import enqueue_simulation
 from tests.support.fake_openai import fake_openai_server
 from tests.support.jobs import AWB_DIR, make_trajectory, read_awb_rows, start_job, wait_job
 from tests.support.worker import running_worker, wait_for
@@ -39,14 +43,14 @@ def server(script):
 
 @pytest.fixture(scope="module")
 def openai_worker(django_db_setup, django_db_blocker, server):
-    # the rollout's agent model is configured by settings: point it at the fake server too
-    with running_worker(("default",), extra_env={"AGENT_MODEL_BASE_URL": server.base_url}) as p:
+    with running_worker(("default",)) as p:
         yield p
 
 
 @pytest.fixture
 def fresh(server):
     server.requests.clear()
+    server.authorizations.clear()
     return server
 
 
@@ -95,6 +99,7 @@ def test_awb_prompts_are_the_reference_and_odd_outputs_parse(project, script, fr
 
     # an edited action keeps the verbatim turn prompt with only the action swapped
     fresh.requests.clear()
+    fresh.authorizations.clear()
     script.fn = lambda body, i: "<predicted_observation>12</predicted_observation>"
     edited = "grep -c '/orchard/pears' /srv/logs/access.log"
     job = wait_job(
@@ -128,9 +133,31 @@ def test_awb_prompts_are_the_reference_and_odd_outputs_parse(project, script, fr
     assert [s.observation for s in child.all_steps()][1:] == ["12", "12"]
 
 
-def test_rollout_agent_proposes_until_final_answer(project, script, fresh, openai_worker, settings):
-    settings.AGENT_MODEL_BASE_URL = fresh.base_url  # as the worker's environment says
+def test_rollout_with_world_and_agent_models_from_the_projects_endpoints(
+    project, script, fresh, openai_worker
+):
     trajectory = make_trajectory(project)
+    save = partial(save_endpoint, project)
+    world = save(
+        EndpointData(
+            name="world",
+            role="world",
+            kind="openai",
+            base_url=fresh.base_url,
+            model="m",
+            api_key="world-key",
+        )
+    )
+    agent = save(
+        EndpointData(
+            name="agent",
+            role="agent",
+            kind="openai",
+            base_url=fresh.base_url,
+            model="agent-m",
+            api_key="agent-key",
+        )
+    )
 
     def respond(body, index):
         if body["messages"][0]["content"].startswith("You are the agent"):
@@ -141,18 +168,26 @@ def test_rollout_agent_proposes_until_final_answer(project, script, fresh, opena
         return "<predicted_observation>app.py</predicted_observation>"
 
     script.fn = respond
-    job = start_job(
+    request = build_request(
+        trajectory.root_branch,
+        {
+            "fork_index": 1,
+            "action": "ls /srv",
+            "mode": "rollout",
+            "max_steps": 5,
+            "n": 2,
+            **world_input(world),
+            **agent_input(agent),
+        },
+    )
+    job = start_simulation(
         user=None,
         branch=trajectory.root_branch,
-        fork_index=1,
-        action="ls /srv",
-        mode="rollout",
-        max_steps=5,
-        n=2,
-        backend="openai",
-        base_url=fresh.base_url,
-        model="m",
+        request=request,
+        world_endpoint=world,
+        agent_endpoint=agent,
     )
+    enqueue_simulation(job)
     job = wait_job(job)
     assert job.status == JobStatus.SUCCEEDED, job.error
     for child in job.branches.all():
@@ -165,8 +200,14 @@ def test_rollout_agent_proposes_until_final_answer(project, script, fresh, opena
             "Flask 3.0.2",
         ]
         assert [s.provenance for s in steps[1:]] == ["edited", "agent", "agent"]
+        assert [s.observation_source for s in steps[1:]] == ["simulated", "simulated", "none"]
         assert steps[2].observation == "app.py" and steps[2].meta["agent_thinking"] == "look around"
         assert steps[3].meta["final_answer"] is True and steps[3].observation == ""
+    # each model got its own endpoint's key (decrypted in the worker), and its own name
+    sent = list(zip(fresh.requests, fresh.authorizations, strict=True))
+    assert {auth for body, auth in sent if body["model"] == "m"} == {"Bearer world-key"}
+    assert {auth for body, auth in sent if body["model"] == "agent-m"} == {"Bearer agent-key"}
+    assert (job.agent_model, job.agent_base_url) == ("agent-m", fresh.base_url)
     assert job.progress == 1.0
 
 

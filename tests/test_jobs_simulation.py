@@ -51,7 +51,8 @@ def test_job_body_stores_each_future_as_a_child_branch(project):
         assert [s.index for s in steps] == [0, 1]
         assert steps[0].branch_id == root.pk and steps[1].branch_id == child.pk
         simulated = steps[1]
-        assert simulated.provenance == "simulated" and simulated.raw_output
+        assert simulated.provenance == "replayed" and simulated.raw_output
+        assert simulated.observation_source == "simulated"
         assert simulated.meta["backend"] == "retrieval" and simulated.meta["job"] == job.pk
         assert simulated.meta["baseline"] == "retrieval (non-neural)"
         assert set(simulated.timings) >= {"duration_s", "tokens_in", "tokens_out"}
@@ -77,7 +78,7 @@ def test_job_body_replay_rewrites_every_later_step(project):
         steps = list(child.all_steps())
         assert [s.index for s in steps] == [0, 1, 2, 3]
         assert [s.action for s in steps[2:]] == [s.action for s in recorded[2:]]
-        assert [s.provenance for s in steps[1:]] == ["edited", "simulated", "simulated"]
+        assert [s.provenance for s in steps[1:]] == ["edited", "replayed", "replayed"]
         assert all(s.branch_id == child.pk and s.observation for s in steps[1:])
 
 
@@ -143,6 +144,6 @@ def test_worker_runs_jobs_sent_through_the_broker(project, default_worker):  # n
         assert child.status == BranchStatus.SUCCEEDED
         assert [s.provenance for s in child.steps.order_by("index")] == [
             "edited",
-            "simulated",
-            "simulated",
+            "replayed",
+            "replayed",
         ]

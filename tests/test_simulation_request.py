@@ -6,6 +6,7 @@ import pytest
 
 from inference.simulation import limits
 from inference.simulation.request import (
+    AgentChoice,
     Defaults,
     ForkFacts,
     InvalidRequest,
@@ -18,7 +19,7 @@ SERVED = Defaults(
     backend="openai",
     openai_model="served-model",
     base_url="http://127.0.0.1:9/v1",
-    agent_available=True,
+    agent=AgentChoice("agent-model", "http://127.0.0.1:9/v1"),
 )
 
 
@@ -110,7 +111,13 @@ def test_modes_and_their_budgets():
     assert "needs recorded steps after step 1" in errors_of(fork=last, mode="replay")["mode"][0]
     assert "is required" in errors_of(mode="rollout")["max_steps"][0]
     assert "must be 1 to 50, got 51" in errors_of(mode="rollout", max_steps=51)["max_steps"][0]
-    assert "needs an agent model" in errors_of(mode="rollout", max_steps=3)["mode"][0]
+    assert "needs an agent model" in errors_of(mode="rollout", max_steps=3)["agent_model"][0]
+    given = build(mode="rollout", max_steps=3, agent_model="a", agent_base_url="http://h/v1/")
+    assert given.agent == AgentChoice("a", "http://h/v1")
+    bad = errors_of(mode="rollout", max_steps=3, agent_base_url="ftp://h")
+    assert "needs the base URL of an OpenAI-compatible server" in bad["agent_base_url"][0]
+    assert bad["agent_model"] == ["the agent model needs a served model name"]
+    assert build(mode="rollout", max_steps=1, agent_model="a").agent is None  # one step
     assert build(mode="rollout", max_steps=1).max_steps == 1  # one step needs no agent
     assert build(mode="rollout", max_steps=5, defaults=SERVED).max_steps == 5
 
@@ -188,12 +195,18 @@ def test_an_unedited_action_is_sent_as_recorded():
 
 
 def test_limits_are_the_ones_the_studio_shows():
-    from studio.forms.branching import SimulateForm
+    from studio.forms.endpoints import EndpointForm
     from studio.models import Provenance
     from studio.models.jobs import SimulationMode
     from studio.models.trajectories import ParseStatus
 
     assert dict(SimulationMode.choices) == limits.MODES
-    assert dict(SimulateForm.base_fields["backend"].choices) == limits.BACKENDS
-    assert {"edited", "simulated", "agent"} <= set(Provenance.values)
+    assert dict(EndpointForm.base_fields["kind"].choices) == limits.BACKENDS
+    from inference.simulation import sink
+    from studio.models import ObservationSource
+
+    assert {sink.REPLAYED, sink.EDITED, sink.AGENT} <= set(Provenance.values)
+    assert {sink.SIMULATED_OBSERVATION, sink.PERTURBED_OBSERVATION, sink.NO_OBSERVATION} <= set(
+        ObservationSource.values
+    )
     assert {"well_formed", "no_tag", "unclosed"} <= set(ParseStatus.values)

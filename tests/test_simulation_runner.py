@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from inference.backends.retrieval import RetrievalBackend
 from inference.prompts import build_messages
-from inference.simulation.request import Defaults, ForkFacts, SimulationRequest
+from inference.simulation.request import AgentChoice, Defaults, ForkFacts, SimulationRequest
 from inference.simulation.runner import run_simulation
 from inference.simulation.sink import MemorySink
 from inference.simulation.world import RecordedStep, WorldContext
@@ -18,6 +18,7 @@ RECORDED = [
     ("pip list | grep -i flask", "Flask 3.0.2"),
 ]
 SYSTEM = "You simulate a Linux shell."
+AGENT = AgentChoice("agent-model", "http://127.0.0.1:9/v1")
 TASK = "Find the Flask version."
 
 
@@ -47,7 +48,7 @@ def request(fork: int, action: str | None = None, steps=RECORDED, **data) -> Sim
     return SimulationRequest.build(
         {"fork_index": fork, "action": action, "backend": "retrieval", **data},
         fork=ForkFacts(step_count=len(steps), recorded_action=recorded, domain="terminal"),
-        defaults=Defaults(agent_available=True),
+        defaults=Defaults(agent=AGENT),
     )
 
 
@@ -81,14 +82,14 @@ def test_the_recorded_action_is_simulated_not_edited_and_json_reindenting_is_no_
     steps = [('{"name": "get", "arguments": {"id": 1}}', '{"ok": true}')]
     sink = MemorySink()
     run_simulation(request(0, steps=steps), world(0, steps), ScriptedBackend(), sink)
-    assert sink.steps[0][0].provenance == "simulated"
+    assert sink.steps[0][0].provenance == "replayed"
     pretty = '{\n  "name": "get",\n  "arguments": {"id": 1}\n}\r\n'
     req = request(0, pretty, steps=steps)
     assert not req.edited
     sink = MemorySink()
     backend = ScriptedBackend()
     run_simulation(req, world(0, steps), backend, sink)
-    assert sink.steps[0][0].provenance == "simulated"
+    assert sink.steps[0][0].provenance == "replayed"
     # the recorded action is what the model is sent and what the step stores, verbatim
     assert sink.steps[0][0].action == steps[0][0]
     assert backend.requests[0].messages[-1]["content"].endswith(steps[0][0])
@@ -118,7 +119,7 @@ def test_replay_feeds_each_future_its_own_predictions():
         steps = sink.steps[sample]
         assert [s.index for s in steps] == [1, 2, 3]
         assert [s.action for s in steps] == ["cat /srv/app/README", "python -V", RECORDED[3][0]]
-        assert [s.provenance for s in steps] == ["edited", "simulated", "simulated"]
+        assert [s.provenance for s in steps] == ["edited", "replayed", "replayed"]
     assert sink.finished == {0: ("succeeded", ""), 1: ("succeeded", "")}
     # the prefix before the fork is one list of messages shared by both prompts
     p0, p1 = later.branches
@@ -144,7 +145,7 @@ def test_rollout_until_the_agents_final_answer():
     assert outcome.status == "succeeded", outcome.error
     # future 0: fork step, agent step, then a final answer at step 3
     assert [(s.index, s.provenance) for s in sink.steps[0]] == [
-        (1, "simulated"),
+        (1, "replayed"),
         (2, "agent"),
         (3, "agent"),
     ]
@@ -165,7 +166,7 @@ def test_rollout_of_several_steps_without_an_agent_fails_readably():
     req = SimulationRequest.build(
         {"fork_index": 1, "mode": "rollout", "max_steps": 3, "backend": "retrieval"},
         fork=ForkFacts(step_count=4, recorded_action="x"),
-        defaults=Defaults(agent_available=True),
+        defaults=Defaults(agent=AGENT),
     )
     outcome = run_simulation(req, world(1), ScriptedBackend(), sink)
     assert outcome.status == "failed" and "needs an agent model" in outcome.error

@@ -182,7 +182,9 @@ def test_child_branch_shows_inherited_and_own_steps(researcher_client, project):
     assert step_ids(html) == [0, 1, 2, 3, 4]
     assert html.count("inherited</span>") == 3
     assert "alt action 3" in html and "output 3" not in html
-    assert '<span class="badge prov prov-simulated" title="Provenance">simulated</span>' in html
+    title = "recorded action replayed, simulated observation"
+    assert f'<span class="badge prov prov-replayed" title="{title}">replayed</span>' in html
+    assert f'<span class="badge prov obs-simulated" title="{title}">simulated obs</span>' in html
     assert "Unclosed &lt;predicted_observation&gt; tag" in html
     assert re.search(
         r'<details class="thinking"><summary>Thinking.*?</summary><pre class="obs-text">hmm &lt;tag&gt;</pre></details>',

@@ -21,6 +21,7 @@ def make_backend(
     api_key: str = "EMPTY",
     corpus: list[tuple[str, str, str]] | None = None,
     concurrency: int = 8,
+    use_n: bool = True,
 ) -> Backend:
     """Build a backend. An empty `name` picks one from what is configured: `openai` with a
     base_url, `hf` with only a model, else the retrieval baseline (works offline)."""
@@ -34,7 +35,7 @@ def make_backend(
         from inference.backends.openai_compat import OpenAIBackend
 
         return OpenAIBackend(
-            model=model, base_url=base_url, api_key=api_key, concurrency=concurrency
+            model=model, base_url=base_url, api_key=api_key, concurrency=concurrency, use_n=use_n
         )
     if name == "hf":
         if not model:

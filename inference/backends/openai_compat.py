@@ -71,6 +71,7 @@ class OpenAIBackend:
         timeout: float = 600.0,
         max_retries: int = 4,
         backoff_s: float = 0.5,
+        use_n: bool = True,
     ):
         from openai import OpenAI
 
@@ -85,6 +86,7 @@ class OpenAIBackend:
         self.backoff_s = backoff_s
         self._slots = threading.BoundedSemaphore(concurrency)
         self._model = model
+        self.use_n = use_n  # False: the server is known not to take `n`
 
     @property
     def model(self) -> str:
@@ -231,7 +233,7 @@ class OpenAIBackend:
     ) -> list[Completion]:
         params = request.params
         seed = params.seed
-        if request.branches is None and on_event is None and params.n > 1:
+        if request.branches is None and on_event is None and params.n > 1 and self.use_n:
             assert request.messages is not None
             try:
                 return self._complete_n(request.messages, params, params.n, seed)

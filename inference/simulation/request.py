@@ -7,7 +7,8 @@ the job row, so a request that was accepted is run exactly as it was checked.
 
 Input keys (all optional but `fork_index`): `fork_index`, `action` (None: the recorded
 action at the fork), `action_format` (auto | json | text), `mode`, `n`, `max_steps`,
-`temperature`, `top_p`, `max_tokens`, `seed`, `backend`, `model`, `base_url`."""
+`temperature`, `top_p`, `max_tokens`, `seed`; the world model: `backend`, `model`,
+`base_url`, `supports_n`; a rollout's agent model: `agent_model`, `agent_base_url`."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ FIELDS = (
     "backend",
     "model",
     "base_url",
+    "supports_n",
+    "agent_model",
+    "agent_base_url",
 )
 
 
@@ -52,6 +56,14 @@ class InvalidRequest(ValueError):
 
 
 @dataclass(frozen=True)
+class AgentChoice:
+    """An OpenAI-compatible chat model that plays the agent in a rollout."""
+
+    model: str
+    base_url: str
+
+
+@dataclass(frozen=True)
 class Defaults:
     """What the installation configured: it fills what a request leaves blank."""
 
@@ -59,7 +71,7 @@ class Defaults:
     openai_model: str = limits.DEFAULT_WORLD_MODEL
     hf_model: str = ""
     base_url: str = ""
-    agent_available: bool = False  # an agent model is configured for rollouts
+    agent: AgentChoice | None = None  # the agent model of rollouts, if one is configured
 
     def model_for(self, backend: str) -> str:
         if backend == "openai":
@@ -94,6 +106,7 @@ class WorldModelChoice:
     backend: str
     model: str = ""
     base_url: str = ""
+    supports_n: bool = True  # the server samples N choices of one prompt in one request
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,7 @@ class SimulationRequest:
         default_factory=lambda: WorldModelChoice(limits.OFFLINE_BACKEND)
     )
     edited: bool = False  # the action differs from the recorded one (or the step is new)
+    agent: AgentChoice | None = None  # rollouts of more than one step
 
     @property
     def backend(self) -> str:
@@ -131,6 +145,7 @@ class SimulationRequest:
         action = v.action(fork, fork_index)
         n = v.integer("n", 1, limits.MAX_FUTURES, default=1, what="the number of futures")
         max_steps: int | None = 1
+        agent = None
         if mode == "rollout":
             max_steps = v.integer(
                 "max_steps",
@@ -139,12 +154,8 @@ class SimulationRequest:
                 required=True,
                 what="the steps of the rollout",
             )
-            if max_steps is not None and max_steps > 1 and not defaults.agent_available:
-                v.error(
-                    "mode",
-                    "agent rollout needs an agent model to propose the actions: configure "
-                    "one (AGENT_MODEL_BASE_URL), or take 1 step",
-                )
+            if max_steps is not None and max_steps > 1:
+                agent = v.agent(defaults)
         if mode == "replay" and fork_index is not None and fork_index + 1 >= fork.step_count:
             v.error(
                 "mode",
@@ -179,6 +190,7 @@ class SimulationRequest:
             sampling=sampling,
             world_model=world_model,
             edited=edited,
+            agent=agent,
         )
 
 
@@ -345,8 +357,34 @@ class _Validator:
                 )
         return action
 
+    def agent(self, defaults: Defaults) -> AgentChoice | None:
+        model = "" if self.blank("agent_model") else str(self.data["agent_model"]).strip()
+        base_url = "" if self.blank("agent_base_url") else str(self.data["agent_base_url"])
+        base_url = base_url.strip().rstrip("/")
+        if not base_url and not model:
+            if defaults.agent is None:
+                self.error(
+                    "agent_model",
+                    "an agent rollout of more than one step needs an agent model to propose "
+                    "the actions: register one on the project's Models page (or take 1 step)",
+                )
+            return defaults.agent
+        if not base_url.startswith(("http://", "https://")):
+            self.error(
+                "agent_base_url",
+                f"the agent model needs the base URL of an OpenAI-compatible server, got "
+                f"{base_url!r}",
+            )
+        if not model:
+            self.error("agent_model", "the agent model needs a served model name")
+        return AgentChoice(model, base_url)
+
     def world_model(self, defaults: Defaults) -> WorldModelChoice:
         backend = self.choice("backend", limits.BACKENDS, default=defaults.backend)
+        supports_n = self.data.get("supports_n", True)
+        if not isinstance(supports_n, bool):
+            self.error("supports_n", f"supports_n must be true or false, got {supports_n!r}")
+            supports_n = True
         model = "" if self.blank("model") else str(self.data["model"]).strip()
         base_url = "" if self.blank("base_url") else str(self.data["base_url"]).strip()
         if backend not in limits.BACKENDS_NEEDING_MODEL:
@@ -356,7 +394,7 @@ class _Validator:
             where = "a served model name" if backend == "openai" else "a model path or hub id"
             self.error("model", f"the {backend} backend needs {where} (none is configured)")
         if backend not in limits.BACKENDS_NEEDING_BASE_URL:
-            return WorldModelChoice(backend, model)
+            return WorldModelChoice(backend, model, supports_n=supports_n)
         base_url = (base_url or defaults.base_url).rstrip("/")
         if not base_url:
             self.error(
@@ -368,4 +406,4 @@ class _Validator:
             self.error(
                 "base_url", f"the base URL must start with http:// or https://, got {base_url!r}"
             )
-        return WorldModelChoice(backend, model, base_url)
+        return WorldModelChoice(backend, model, base_url, supports_n)

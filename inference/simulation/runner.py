@@ -37,7 +37,8 @@ from inference.simulation.sink import (
     CANCELLED,
     EDITED,
     FAILED,
-    SIMULATED,
+    NO_OBSERVATION,
+    REPLAYED,
     SUCCEEDED,
     LiveProgress,
     RunOutcome,
@@ -223,7 +224,7 @@ class SimulationRunner:
     # -- the loop ----------------------------------------------------------------------------
     def _execute(self) -> None:
         request = self.request
-        first = EDITED if request.edited else SIMULATED
+        first = EDITED if request.edited else REPLAYED
         self._step(request.fork_index, {f.sample: request.action for f in self.futures}, first)
         if request.mode == "replay":
             for recorded in self.world.recorded:
@@ -233,7 +234,7 @@ class SimulationRunner:
                 if not self._alive():
                     break
                 actions = {f.sample: recorded.action for f in self._alive()}
-                self._step(recorded.index, actions, SIMULATED)
+                self._step(recorded.index, actions, REPLAYED)
         elif request.mode == "rollout":
             self._rollout()
 
@@ -263,6 +264,7 @@ class SimulationRunner:
                             index=index,
                             action=decision.action,
                             provenance=AGENT,
+                            observation_source=NO_OBSERVATION,
                             thinking=decision.thought,
                             meta={"final_answer": True, "agent_raw": decision.raw},
                         ),

@@ -8,18 +8,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-# Step provenance as the runner records it (the studio's Provenance choices use the same).
+# Where a simulated step's action came from (the studio's Provenance choices use the same
+# values): the recorded action replayed, an action the user edited, one an agent proposed.
+REPLAYED = "replayed"
 EDITED = "edited"
-SIMULATED = "simulated"
 AGENT = "agent"
+# Where its observation came from (the studio's ObservationSource): the world model, the
+# world model under a perturbation (reserved for controllable simulation), or none at all
+# (an agent's final answer gets no observation).
+SIMULATED_OBSERVATION = "simulated"
+PERTURBED_OBSERVATION = "perturbed"
+NO_OBSERVATION = "none"
 
 
 @dataclass
 class SimulatedStep:
     index: int
     action: str
-    provenance: str
+    provenance: str  # replayed | edited | agent
     observation: str = ""
+    observation_source: str = SIMULATED_OBSERVATION
     state: str = ""
     thinking: str = ""
     raw_output: str = ""

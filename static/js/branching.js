@@ -57,7 +57,24 @@
     });
   }
 
-  function init(root) { drawTrees(root); bindSnippets(root); }
+  // Picking another world model fills in its default sampling (data-* on the option).
+  function bindEndpointDefaults(root) {
+    (root || document).querySelectorAll("select[name=world_endpoint]:not([data-bound])").forEach(function (sel) {
+      sel.dataset.bound = "1";
+      sel.addEventListener("change", function () {
+        var opt = sel.options[sel.selectedIndex];
+        var form = sel.closest("form");
+        if (!opt || !form) return;
+        ["temperature", "top_p", "max_tokens"].forEach(function (name) {
+          var value = opt.dataset[name.replace(/_(.)/g, function (m, c) { return c.toUpperCase(); })];
+          var input = form.querySelector("[name=" + name + "]");
+          if (input && value !== undefined) input.value = value;
+        });
+      });
+    });
+  }
+
+  function init(root) { drawTrees(root); bindSnippets(root); bindEndpointDefaults(root); }
 
   // The job page refreshes its progress every 500 ms by swapping HTML: keep what the reader
   // opened (thinking folds, "Show all" clamps) open across refreshes. Elements are keyed by

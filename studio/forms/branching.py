@@ -19,7 +19,13 @@ from inference.simulation.request import (
     InvalidRequest,
     SimulationRequest,
 )
-from studio.models import Domain
+from studio.models import Domain, EndpointRole, ModelEndpoint
+from studio.services.endpoints import (
+    agent_input,
+    endpoints_for,
+    sampling_defaults,
+    world_input,
+)
 
 # The usual shapes of an agent action per domain, offered as snippets in the editor.
 ACTION_SNIPPETS: dict[str, list[tuple[str, str]]] = {
@@ -77,9 +83,29 @@ def pretty_json_or_none(text: str) -> str | None:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+class EndpointSelect(forms.Select):
+    """Options carry the endpoint's kind and default sampling (the editor's script fills the
+    sampling fields from them when another model is picked)."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        endpoint = getattr(value, "instance", None)
+        if endpoint is not None:
+            option["attrs"]["data-kind"] = endpoint.kind
+            for key, setting in sampling_defaults(endpoint).items():
+                option["attrs"][f"data-{key.replace('_', '-')}"] = str(setting)
+        return option
+
+
+# Request fields about a model, shown on the field that picks it.
+WORLD_FIELDS = {"backend", "model", "base_url", "supports_n"}
+AGENT_FIELDS = {"agent_model", "agent_base_url"}
+
+
 class SimulateForm(forms.Form):
-    """Branch at one step: the (edited) action, how many futures, how to sample them.
-    `cleaned_data["request"]` holds the validated SimulationRequest."""
+    """Branch at one step: the (edited) action, how many futures, how to sample them, and
+    which of the project's models run. `cleaned_data["request"]` holds the validated
+    SimulationRequest."""
 
     action = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 10, "spellcheck": "false"}),
@@ -101,31 +127,42 @@ class SimulateForm(forms.Form):
     top_p = forms.FloatField(label="top_p", initial=limits.DEFAULT_TOP_P)
     max_tokens = forms.IntegerField(label="max_tokens", initial=limits.DEFAULT_MAX_TOKENS)
     seed = forms.IntegerField(required=False, help_text="Blank: random.")
-    backend = forms.ChoiceField(choices=list(limits.BACKENDS.items()))
-    model = forms.CharField(
-        required=False,
-        max_length=300,
-        help_text="Served model name (openai) or local path / hub id (hf). Blank: the default.",
+    world_endpoint = forms.ModelChoiceField(
+        queryset=ModelEndpoint.objects.none(),
+        label="World model",
+        empty_label=None,
+        widget=EndpointSelect,
     )
-    base_url = forms.CharField(
+    agent_endpoint = forms.ModelChoiceField(
+        queryset=ModelEndpoint.objects.none(),
         required=False,
-        max_length=500,
-        label="Base URL",
-        help_text="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1. Blank: the default.",
+        label="Agent model",
+        empty_label="(none)",
+        widget=EndpointSelect,
+        help_text="Agent rollout only: the model that proposes each next action.",
     )
 
-    def __init__(self, *args, fork_index: int, fork: ForkFacts, defaults: Defaults, **kwargs):
+    def __init__(self, *args, fork_index: int, fork: ForkFacts, project, **kwargs):
         super().__init__(*args, **kwargs)
         self.fork_index = fork_index
         self.fork = fork
-        self.defaults = defaults
-        self.fields["backend"].initial = defaults.backend
-        self.fields["model"].widget.attrs["placeholder"] = (
-            defaults.model_for(defaults.backend) or "default"
-        )
-        self.fields["base_url"].widget.attrs["placeholder"] = (
-            defaults.base_url or "http://127.0.0.1:8000/v1"
-        )
+        self.project = project
+        worlds = endpoints_for(project, EndpointRole.WORLD)
+        agents = endpoints_for(project, EndpointRole.AGENT)
+        world_field = self.fields["world_endpoint"]
+        agent_field = self.fields["agent_endpoint"]
+        assert isinstance(world_field, forms.ModelChoiceField)
+        assert isinstance(agent_field, forms.ModelChoiceField)
+        world_field.queryset = worlds
+        agent_field.queryset = agents
+        self.has_agents = agents.exists()
+        first_world = worlds.first()
+        first_agent = agents.first()
+        if not self.is_bound:
+            world_field.initial = first_world.pk if first_world else None
+            agent_field.initial = first_agent.pk if first_agent else None
+            for key, value in sampling_defaults(first_world).items():
+                self.fields[key].initial = value
         for name in ("n", "max_tokens", "max_steps", "seed"):
             self.fields[name].widget.attrs["step"] = "1"
         self.fields["n"].widget.attrs.update(min="1", max=str(limits.MAX_FUTURES))
@@ -145,18 +182,40 @@ class SimulateForm(forms.Form):
         data = super().clean() or {}
         # Fields that failed to parse are left out (their error already shows); the request
         # checks the rest, so every problem is reported at once.
-        given = {name: data[name] for name in self.fields if name in data}
+        given = {
+            name: data[name]
+            for name in self.fields
+            if name in data and name not in ("world_endpoint", "agent_endpoint")
+        }
+        world = data.get("world_endpoint")
+        agent = data.get("agent_endpoint")
+        if world is not None:
+            given.update(world_input(world))
+        if agent is not None:
+            given.update(agent_input(agent))
         try:
             data["request"] = SimulationRequest.build(
-                {**given, "fork_index": self.fork_index}, fork=self.fork, defaults=self.defaults
+                {**given, "fork_index": self.fork_index}, fork=self.fork, defaults=NO_DEFAULTS
             )
         except InvalidRequest as exc:
             for name, messages in exc.errors.items():
-                target = name if name in self.fields else None
+                target = (
+                    "world_endpoint"
+                    if name in WORLD_FIELDS
+                    else "agent_endpoint"
+                    if name in AGENT_FIELDS
+                    else name
+                    if name in self.fields
+                    else None
+                )
                 for message in messages:
                     if target is None or target not in self.errors:
                         self.add_error(target, _sentence(message))
         return data
+
+
+# The form always names its models: nothing is filled in behind the user's back.
+NO_DEFAULTS = Defaults()
 
 
 def _sentence(message: str) -> str:

@@ -32,6 +32,7 @@ from inference.types import Backend, Turn
 from studio.jobs.runtime import JobMonitor, claim, finish
 from studio.models import Branch, JobStatus, Provenance, SimulationJob, Step, Trajectory
 from studio.models.trajectories import BranchStatus
+from studio.services.endpoints import EndpointError
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,8 @@ def world_context(branch: Branch, fork_index: int) -> WorldContext:
 def request_of(job: SimulationJob, recorded: Sequence[RecordedStep]) -> SimulationRequest:
     """The job's request, checked as it was when submitted (its backend, model and URL are
     explicit on the row, so configuration changes since then do not matter)."""
-    from studio.services.simulation import request_input_of, simulation_defaults
+    from studio.services.endpoints import simulation_defaults
+    from studio.services.simulation import request_input_of
 
     at_fork = recorded[0] if recorded and recorded[0].index == job.fork_index else None
     facts = ForkFacts(
@@ -129,7 +131,7 @@ def request_of(job: SimulationJob, recorded: Sequence[RecordedStep]) -> Simulati
         domain=job.trajectory.domain,
     )
     return SimulationRequest.build(
-        request_input_of(job), fork=facts, defaults=simulation_defaults()
+        request_input_of(job), fork=facts, defaults=simulation_defaults(job.trajectory.project)
     )
 
 
@@ -161,35 +163,39 @@ class LazyCorpus:
         return [found.get(pk, "") for pk in wanted]
 
 
-def make_backend_for(request: SimulationRequest, trajectory: Trajectory) -> Backend:
+def make_backend_for(job: SimulationJob, request: SimulationRequest) -> Backend:
     from inference.backends import make_backend
+    from studio.services.endpoints import api_key_of
 
     choice = request.world_model
     if choice.backend == "retrieval":
         from inference.backends.retrieval import RetrievalBackend
 
-        corpus = LazyCorpus(trajectory)
+        corpus = LazyCorpus(job.trajectory)
         return RetrievalBackend.from_lookup(
-            corpus.actions, corpus.observations, domain=trajectory.domain
+            corpus.actions, corpus.observations, domain=job.trajectory.domain
         )
     return make_backend(
         choice.backend,
         model=choice.model,
         base_url=choice.base_url,
-        api_key=settings.WORLD_MODEL_API_KEY,
+        # from its endpoint; a job asked for with flags uses the environment's key
+        api_key=api_key_of(job.world_endpoint, fallback=settings.WORLD_MODEL_API_KEY),
         concurrency=settings.WORLD_MODEL_CONCURRENCY,
+        use_n=choice.supports_n,
     )
 
 
-def make_agent(request: SimulationRequest) -> Agent | None:
-    if request.mode != "rollout" or request.max_steps <= 1:
+def make_agent(job: SimulationJob, request: SimulationRequest) -> Agent | None:
+    if request.agent is None:
         return None
     from inference.agent import AgentModel
+    from studio.services.endpoints import api_key_of
 
     return AgentModel(
-        base_url=settings.AGENT_MODEL_BASE_URL,
-        model=settings.AGENT_MODEL_NAME,
-        api_key=settings.AGENT_MODEL_API_KEY,
+        base_url=request.agent.base_url,
+        model=request.agent.model,
+        api_key=api_key_of(job.agent_endpoint, fallback=settings.AGENT_MODEL_API_KEY),
     )
 
 
@@ -224,6 +230,7 @@ class OrmSink:
             raw_output=storable(step.raw_output),
             raw_prompt=step.raw_prompt,
             provenance=step.provenance,
+            observation_source=step.observation_source,
             parse_status=step.parse_status,
             meta=_storable_json({**step.meta, "job": self.job.pk}),
             timings=step.timings,
@@ -248,6 +255,11 @@ class OrmSink:
 def explain_error(exc: BaseException) -> str | None:
     """Messages that name the studio's settings (the runner knows none of them)."""
     from celery.exceptions import SoftTimeLimitExceeded
+
+    from studio.services.endpoints import EndpointError
+
+    if isinstance(exc, EndpointError):
+        return str(exc)
 
     if isinstance(exc, SoftTimeLimitExceeded | TimeLimitReached):
         return (
@@ -279,9 +291,9 @@ def run_simulation_job(job_id: int, message_id: str = "") -> None:
             outcome = run_simulation(
                 request,
                 world,
-                make_backend_for(request, job.trajectory),
+                make_backend_for(job, request),
                 OrmSink(job, monitor, branch_ids),
-                agent=make_agent(request),
+                agent=make_agent(job, request),
                 # Stop a little before Celery's soft limit (counted from the task's start):
                 # a stop asked at a stream event ends every future cleanly, where the
                 # signal lands in one thread only.
@@ -295,6 +307,8 @@ def run_simulation_job(job_id: int, message_id: str = "") -> None:
             message = explain_error(exc) or (
                 exc.summary()
                 if isinstance(exc, InvalidRequest)
+                else str(exc)
+                if isinstance(exc, EndpointError)
                 else f"Simulation failed ({type(exc).__name__}): {exc}"
             )
             outcome = RunOutcome(status=FAILED, error=message)

@@ -1,3 +1,4 @@
+from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
 from studio.models.jobs import ImportJob, JobStatus, SimulationJob
 from studio.models.projects import Membership, Project, Role
 from studio.models.trajectories import (
@@ -5,6 +6,7 @@ from studio.models.trajectories import (
     Branch,
     BranchOrigin,
     Domain,
+    ObservationSource,
     Provenance,
     Step,
     Tag,
@@ -16,9 +18,13 @@ __all__ = [
     "Branch",
     "BranchOrigin",
     "Domain",
+    "EndpointKind",
+    "EndpointRole",
     "ImportJob",
     "JobStatus",
     "Membership",
+    "ModelEndpoint",
+    "ObservationSource",
     "Project",
     "Provenance",
     "Role",

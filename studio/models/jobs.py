@@ -100,9 +100,19 @@ class SimulationJob(JobBase):
     max_steps = models.PositiveIntegerField(default=1)  # rollout: agent steps at most
     # temperature, top_p, max_tokens, seed
     params = models.JSONField(default=dict, blank=True)
+    # The world model that ran, as it was then (the endpoint may change or go later).
+    world_endpoint = models.ForeignKey(
+        "studio.ModelEndpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     backend = models.CharField(max_length=20)  # retrieval | openai | hf
     model = models.CharField(max_length=300, blank=True)
     base_url = models.CharField(max_length=500, blank=True)
+    # The agent model of a rollout (blank for the other modes).
+    agent_endpoint = models.ForeignKey(
+        "studio.ModelEndpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    agent_model = models.CharField(max_length=300, blank=True)
+    agent_base_url = models.CharField(max_length=500, blank=True)
     queue = models.CharField(max_length=50, default="default")
     cancel_requested = models.BooleanField(default=False)
     # 0..1 over all samples, and a phase: queued, prefill, decoding, agent, saving

@@ -166,10 +166,20 @@ class Branch(models.Model):
 
 
 class Provenance(models.TextChoices):
+    """Where a step's action came from. Whether its observation was recorded, simulated or
+    perturbed is `Step.observation_source`."""
+
     RECORDED = "recorded", "Recorded"
-    SIMULATED = "simulated", "Simulated"
-    EDITED = "edited", "Edited"
-    AGENT = "agent", "Agent model"
+    REPLAYED = "replayed", "Recorded action replayed"
+    EDITED = "edited", "Edited action"
+    AGENT = "agent", "Agent-proposed action"
+
+
+class ObservationSource(models.TextChoices):
+    RECORDED = "recorded", "Recorded observation"
+    SIMULATED = "simulated", "Simulated observation"
+    PERTURBED = "perturbed", "Perturbed observation"
+    NONE = "none", "No observation (final answer)"
 
 
 class ParseStatus(models.TextChoices):
@@ -192,6 +202,9 @@ class Step(models.Model):
     provenance = models.CharField(
         max_length=20, choices=Provenance.choices, default=Provenance.RECORDED
     )
+    observation_source = models.CharField(
+        max_length=20, choices=ObservationSource.choices, default=ObservationSource.RECORDED
+    )
     parse_status = models.CharField(
         max_length=20, choices=ParseStatus.choices, default=ParseStatus.NONE, blank=True
     )
@@ -209,3 +222,12 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"step {self.index} of branch {self.branch_id}"
+
+    @property
+    def provenance_label(self) -> str:
+        """What is recorded and what is not, in words: "recorded", "recorded action replayed,
+        simulated observation", "edited action, perturbed observation", ..."""
+        if self.provenance == Provenance.RECORDED:
+            return "recorded"
+        action = self.get_provenance_display().lower()
+        return f"{action}, {self.get_observation_source_display().lower()}"

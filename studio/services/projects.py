@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from studio.models import Membership, Project, Role
+from studio.services.endpoints import seed_endpoints
 
 
 @transaction.atomic
@@ -10,6 +11,7 @@ def do_create_project(*, name: str, description: str = "", owner=None) -> Projec
     project = Project.objects.create(name=name, description=description)
     if owner is not None:
         Membership.objects.create(project=project, user=owner, role=Role.ADMIN)
+    seed_endpoints(project)  # the environment's models are the project's first ones
     return project
 
 

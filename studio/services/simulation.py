@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from inference.simulation.request import Defaults, ForkFacts, InvalidRequest, SimulationRequest
+from inference.simulation.request import ForkFacts, InvalidRequest, SimulationRequest
 from studio.jobs.runtime import fail_lost, is_silent
-from studio.models import Branch, BranchOrigin, JobStatus, SimulationJob
+from studio.models import Branch, BranchOrigin, JobStatus, ModelEndpoint, SimulationJob
 from studio.models.trajectories import BranchStatus
 from studio.queues import queue_name
+from studio.services.endpoints import simulation_defaults
 
 __all__ = [
     "InvalidRequest",
@@ -27,20 +27,8 @@ __all__ = [
     "fork_facts",
     "request_input_of",
     "retry_simulation",
-    "simulation_defaults",
     "start_simulation",
 ]
-
-
-def simulation_defaults() -> Defaults:
-    """The installation's defaults (settings, read from the environment)."""
-    return Defaults(
-        backend=settings.WORLD_MODEL_BACKEND,
-        openai_model=settings.WORLD_MODEL_NAME,
-        hf_model=settings.WORLD_MODEL_PATH,
-        base_url=settings.WORLD_MODEL_BASE_URL,
-        agent_available=bool(settings.AGENT_MODEL_BASE_URL),
-    )
 
 
 def fork_facts(branch: Branch, fork_index: Any) -> ForkFacts:
@@ -58,16 +46,27 @@ def fork_facts(branch: Branch, fork_index: Any) -> ForkFacts:
 
 def build_request(branch: Branch, data: Mapping[str, Any]) -> SimulationRequest:
     """Validate `data` (see `inference.simulation.request`) against `branch`; raises
-    InvalidRequest naming each bad field."""
+    InvalidRequest naming each bad field. Blanks take the project's default models."""
     return SimulationRequest.build(
-        data, fork=fork_facts(branch, data.get("fork_index")), defaults=simulation_defaults()
+        data,
+        fork=fork_facts(branch, data.get("fork_index")),
+        defaults=simulation_defaults(branch.trajectory.project),
     )
 
 
-def start_simulation(*, user, branch: Branch, request: SimulationRequest) -> SimulationJob:
+def start_simulation(
+    *,
+    user,
+    branch: Branch,
+    request: SimulationRequest,
+    world_endpoint: ModelEndpoint | None = None,
+    agent_endpoint: ModelEndpoint | None = None,
+) -> SimulationJob:
     """Create the job and its N queued child branches in one transaction. The caller
-    enqueues it (`studio.tasks.enqueue_simulation`), which waits for the commit."""
+    enqueues it (`studio.tasks.enqueue_simulation`), which waits for the commit. The
+    endpoints, when the request came from them, are where the worker finds the API keys."""
     user_id = getattr(user, "pk", None)
+    agent = request.agent
     with transaction.atomic():
         job = SimulationJob.objects.create(
             requester_id=user_id,
@@ -79,9 +78,13 @@ def start_simulation(*, user, branch: Branch, request: SimulationRequest) -> Sim
             n=request.n,
             max_steps=request.max_steps,
             params=request.sampling.as_dict(),
+            world_endpoint=world_endpoint,
             backend=request.world_model.backend,
             model=request.world_model.model,
             base_url=request.world_model.base_url,
+            agent_endpoint=agent_endpoint if agent is not None else None,
+            agent_model=agent.model if agent is not None else "",
+            agent_base_url=agent.base_url if agent is not None else "",
             queue=queue_name(request.queue_kind),
         )
         origin = BranchOrigin.EDITED if request.edited else BranchOrigin.SIMULATED
@@ -121,6 +124,9 @@ def request_input_of(job: SimulationJob) -> dict[str, Any]:
         "backend": job.backend,
         "model": job.model,
         "base_url": job.base_url,
+        "supports_n": job.world_endpoint.supports_n if job.world_endpoint else True,
+        "agent_model": job.agent_model,
+        "agent_base_url": job.agent_base_url,
     }
 
 
@@ -154,4 +160,10 @@ def retry_simulation(job: SimulationJob, user=None) -> SimulationJob:
             {"job": [f"job {job.pk} is still {job.status}; cancel it or wait before retrying"]}
         )
     request = build_request(job.branch, request_input_of(job))
-    return start_simulation(user=user or job.requester, branch=job.branch, request=request)
+    return start_simulation(
+        user=user or job.requester,
+        branch=job.branch,
+        request=request,
+        world_endpoint=job.world_endpoint,
+        agent_endpoint=job.agent_endpoint,
+    )

@@ -74,19 +74,40 @@ def tool_names(tools) -> list[str]:
     return names
 
 
+# Short badge words; the title says it in full (Step.provenance_label).
+ACTION_BADGES = {
+    "recorded": "recorded",
+    "replayed": "replayed",
+    "edited": "edited",
+    "agent": "agent",
+}
+OBSERVATION_BADGES = {
+    "simulated": "simulated obs",
+    "perturbed": "perturbed",
+    "none": "final answer",
+}
+
+
 @register.simple_tag
-def provenance_badge(value: str) -> SafeString:
-    labels = {
-        "recorded": "recorded",
-        "simulated": "simulated",
-        "edited": "edited",
-        "agent": "agent",
-    }
-    return format_html(
-        '<span class="badge prov prov-{}" title="Provenance">{}</span>',
-        value if value in labels else "other",
-        labels.get(value, value or "unknown"),
+def provenance_badge(step) -> SafeString:
+    """Where the step's action came from and, unless recorded, where its observation did."""
+    action = getattr(step, "provenance", "") or ""
+    source = getattr(step, "observation_source", "") or ""
+    title = step.provenance_label if hasattr(step, "provenance_label") else action
+    html = format_html(
+        '<span class="badge prov prov-{}" title="{}">{}</span>',
+        action if action in ACTION_BADGES else "other",
+        title,
+        ACTION_BADGES.get(action, action or "unknown"),
     )
+    if action != "recorded" and source in OBSERVATION_BADGES:
+        html += format_html(
+            ' <span class="badge prov obs-{}" title="{}">{}</span>',
+            source,
+            title,
+            OBSERVATION_BADGES[source],
+        )
+    return html
 
 
 @register.filter

@@ -56,12 +56,18 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
             recorded_action=step.action if step else None,
             domain=trajectory.domain,
         ),
-        defaults=simulation.simulation_defaults(),
+        project=trajectory.project,
         initial={"action": initial_action},
     )
     if request.method == "POST" and form.is_valid():
         sim = form.cleaned_data["request"]
-        job = simulation.start_simulation(user=request.user, branch=branch, request=sim)
+        job = simulation.start_simulation(
+            user=request.user,
+            branch=branch,
+            request=sim,
+            world_endpoint=form.cleaned_data["world_endpoint"],
+            agent_endpoint=form.cleaned_data.get("agent_endpoint"),
+        )
         enqueue_simulation(job)
         messages.success(
             request, f"Started {sim.n} simulation(s) from step {index} of {branch.name!r}."
@@ -80,6 +86,8 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
         "snippets": ACTION_SNIPPETS.get(trajectory.domain, []),
         "recorded_action": step.action if step else "",
         "is_new_step": step is None,
+        "has_agents": form.has_agents,
+        "is_admin": membership.role == "admin",
     }
     template = "simulation/editor.html#editor" if request.htmx else "simulation/editor.html"
     return render(request, template, context, status=400 if form.errors else 200)

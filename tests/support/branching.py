@@ -73,7 +73,8 @@ def make_child(
                 else getattr(parent_steps.get(fork_index + i), "action", f"act{fork_index + i}")
             ),
             observation=obs,
-            provenance="simulated",
+            provenance="replayed",
+            observation_source="simulated",
             parse_status=parse_status,
         )
         for i, obs in enumerate(observations)

@@ -57,6 +57,7 @@ class FakeOpenAIServer(str):
         obj = super().__new__(cls, base_url)
         obj.model = model
         obj.requests = []
+        obj.authorizations = []  # the Authorization header of each chat request
         obj.model_list_calls = 0
         obj.in_flight = 0
         obj.max_in_flight = 0
@@ -118,6 +119,7 @@ def _make_handler(
             with state.lock:
                 index = len(state.requests)
                 state.requests.append(body)
+                state.authorizations.append(self.headers.get("Authorization", ""))
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
             try:

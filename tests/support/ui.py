@@ -79,7 +79,8 @@ def make_child_branch(
                 index=fork_index + i,
                 action=f"alt action {fork_index + i}",
                 observation=f"simulated observation {fork_index + i}",
-                provenance="simulated",
+                provenance="replayed",
+                observation_source="simulated",
                 parse_status="well_formed",
             )
             for i in range(n_own)

@@ -20,6 +20,12 @@ class Command(BaseCommand):
         infer = sub.add_parser("infer", help="predict the observation of every row")
         infer.add_argument("--data", required=True, help="a *_test.jsonl file or a directory")
         infer.add_argument("--out", required=True, help="output JSONL (resumed if it exists)")
+        infer.add_argument(
+            "--endpoint",
+            default="",
+            help="a world model endpoint of --project, by name (instead of --backend ...)",
+        )
+        infer.add_argument("--project", default="", help="the project whose endpoint to use")
         infer.add_argument("--backend", choices=list(BACKENDS), default="openai")
         infer.add_argument("--base-url", default="", help="OpenAI-compatible server (openai)")
         infer.add_argument("--model", default="", help="served model name (openai) or path (hf)")
@@ -32,8 +38,10 @@ class Command(BaseCommand):
         judge = sub.add_parser("judge", help="score predictions with an LLM judge")
         judge.add_argument("--predictions", required=True)
         judge.add_argument("--out", required=True)
-        judge.add_argument("--base-url", required=True)
-        judge.add_argument("--model", required=True)
+        judge.add_argument("--endpoint", default="", help="a judge endpoint of --project, by name")
+        judge.add_argument("--project", default="", help="the project whose endpoint to use")
+        judge.add_argument("--base-url", default="")
+        judge.add_argument("--model", default="")
         judge.add_argument("--api-key", default="EMPTY")
         judge.add_argument("--attempts", type=int, default=3)
         judge.add_argument("--concurrency", type=int, default=8)
@@ -49,6 +57,29 @@ class Command(BaseCommand):
         except BenchDataError as exc:
             raise CommandError(str(exc)) from None
 
+    def use_endpoint(self, options, role: str) -> None:
+        """--endpoint NAME --project P: the endpoint's kind, server, model and key, as if
+        given as --backend/--base-url/--model/--api-key."""
+        if not options["endpoint"]:
+            return
+        from studio.models import Project
+        from studio.services.endpoints import EndpointError, api_key_of, get_endpoint
+
+        project = Project.objects.filter(name=options["project"]).first()
+        if project is None:
+            raise CommandError(
+                f"--endpoint needs --project, the name of an existing project (got "
+                f"{options['project']!r})"
+            )
+        try:
+            endpoint = get_endpoint(project, options["endpoint"], role)
+            options["api_key"] = api_key_of(endpoint)
+        except EndpointError as exc:
+            raise CommandError(str(exc)) from None
+        options.update(base_url=endpoint.base_url, model=endpoint.model)
+        if role == "world":
+            options["backend"] = endpoint.kind
+
     def check_positive(self, options, *names):
         for name in names:
             if options[name] is not None and options[name] < 1:
@@ -59,6 +90,7 @@ class Command(BaseCommand):
         from inference.backends import BackendError, make_backend
 
         self.check_positive(options, "max_tokens", "concurrency")
+        self.use_endpoint(options, "world")
         backend_name = options["backend"]
         if backend_name == "openai" and not options["base_url"]:
             raise CommandError("--backend openai needs --base-url URL and --model NAME")
@@ -98,6 +130,9 @@ class Command(BaseCommand):
         from inference.scoring import read_judged
 
         self.check_positive(options, "attempts", "concurrency")
+        self.use_endpoint(options, "judge")
+        if not options["base_url"] or not options["model"]:
+            raise CommandError("judge needs --endpoint NAME --project P, or --base-url and --model")
         raw_rows = read_judged(options["predictions"])
         rows = []
         for i, row in enumerate(raw_rows, 1):

@@ -15,6 +15,7 @@ from django.db import transaction
 
 from studio.importers.base import ImportFailure
 from studio.models import Membership, Project, Role
+from studio.services.endpoints import seed_endpoints
 from studio.services.imports import do_import_file
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "demo_data"
@@ -57,6 +58,10 @@ class Command(BaseCommand):
             )
             self.say(f"project {project.name!r}: {'created' if created else 'exists'}")
             users = self.ensure_users(project)
+            for endpoint in seed_endpoints(project):
+                self.say(
+                    f"model endpoint {endpoint.name!r} ({endpoint.get_role_display().lower()})"
+                )
         total_t = total_s = total_skipped = 0
         for path in files:
             try:

@@ -29,7 +29,23 @@ class Command(BaseCommand):
             default=None,
             help=f"rollout: steps the agent takes (1-{limits.MAX_ROLLOUT_STEPS})",
         )
-        parser.add_argument("--backend", choices=list(limits.BACKENDS), default=None)
+        parser.add_argument(
+            "--endpoint",
+            default="",
+            help="world model: the name of one of the project's model endpoints "
+            "(default: the project's default world model)",
+        )
+        parser.add_argument(
+            "--agent-endpoint",
+            default="",
+            help="rollout: the name of the project's agent model endpoint (default: its first)",
+        )
+        parser.add_argument(
+            "--backend",
+            choices=list(limits.BACKENDS),
+            default=None,
+            help="or a world model given here, without an endpoint (key: WORLD_MODEL_API_KEY)",
+        )
         parser.add_argument("--model", default="")
         parser.add_argument("--base-url", default="")
         parser.add_argument("--temperature", type=float)
@@ -70,10 +86,16 @@ class Command(BaseCommand):
             "model": options["model"],
             "base_url": options["base_url"],
         }
+        world, agent = self.endpoints(trajectory.project, options, data)
         try:
             request = build_request(branch, data)
         except InvalidRequest as exc:
-            flags = {"fork_index": "--step", "n": "--n"}
+            flags = {
+                "fork_index": "--step",
+                "n": "--n",
+                "agent_model": "--agent-endpoint",
+                "agent_base_url": "--agent-endpoint",
+            }
             raise CommandError(
                 "; ".join(
                     f"{flags.get(name, '--' + name.replace('_', '-'))}: {message}"
@@ -81,11 +103,15 @@ class Command(BaseCommand):
                     for message in messages
                 )
             ) from None
-        job = start_simulation(user=None, branch=branch, request=request)
+        job = start_simulation(
+            user=None, branch=branch, request=request, world_endpoint=world, agent_endpoint=agent
+        )
         enqueue_simulation(job)
         self.stdout.write(
             f"job {job.pk} queued on {job.queue}: {job.n} future(s) of trajectory "
-            f"{trajectory.pk} at step {job.fork_index} ({job.mode}, backend {job.backend})"
+            f"{trajectory.pk} at step {job.fork_index} ({job.mode}, "
+            + (f"model {world.name!r}, " if world else "")
+            + f"backend {job.backend})"
         )
         if not options["wait"]:
             return
@@ -93,6 +119,39 @@ class Command(BaseCommand):
         self.print_results(job)
         if job.status != JobStatus.SUCCEEDED:
             raise CommandError(f"job {job.pk} {job.status}: {job.error or 'no details'}")
+
+    def endpoints(self, project, options, data):
+        """The endpoints named (or the project's defaults), folded into the request input.
+        `--backend` instead of `--endpoint` runs a world model given on the command line."""
+        from studio.models import EndpointRole
+        from studio.services.endpoints import (
+            EndpointError,
+            agent_input,
+            default_endpoint,
+            get_endpoint,
+            world_input,
+        )
+
+        if options["endpoint"] and options["backend"]:
+            raise CommandError("give --endpoint or --backend/--model/--base-url, not both")
+        try:
+            world = None
+            if options["endpoint"]:
+                world = get_endpoint(project, options["endpoint"], EndpointRole.WORLD)
+            elif not options["backend"]:
+                world = default_endpoint(project, EndpointRole.WORLD)
+            agent = None
+            if options["agent_endpoint"]:
+                agent = get_endpoint(project, options["agent_endpoint"], EndpointRole.AGENT)
+            elif data["mode"] == "rollout":
+                agent = default_endpoint(project, EndpointRole.AGENT)
+        except EndpointError as exc:
+            raise CommandError(str(exc)) from None
+        if world is not None:
+            data.update(world_input(world))
+        if agent is not None:
+            data.update(agent_input(agent))
+        return world, agent
 
     def wait(self, job: SimulationJob, timeout: float) -> SimulationJob:
         from studio.services.jobs import silent_for_s
