@@ -151,8 +151,9 @@ CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS, BROKER_DESCRIPTION = choose_
     REDIS_URL, str(DATA_DIR)
 )
 # The longest job we allow; the broker must not redeliver a job that is still running.
-STUDIO_JOB_HARD_LIMIT_S = env_int("STUDIO_JOB_HARD_LIMIT_S", 3600, minimum=10)
-STUDIO_JOB_SOFT_LIMIT_S = max(5, STUDIO_JOB_HARD_LIMIT_S - 30)
+STUDIO_JOB_HARD_LIMIT_S = env_int("STUDIO_JOB_HARD_LIMIT_S", 3600, minimum=6)
+# The soft limit lets a job stop itself and say why before the hard kill.
+STUDIO_JOB_SOFT_LIMIT_S = max(STUDIO_JOB_HARD_LIMIT_S // 2, STUDIO_JOB_HARD_LIMIT_S - 30)
 # A job whose worker died is marked failed ("worker lost") within this many seconds by the
 # sweeper every worker runs (see studio.jobs.runtime for the heartbeat and sweep periods).
 STUDIO_JOB_STALE_S = env_int("STUDIO_JOB_STALE_S", 120, minimum=2)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from django.conf import settings
 from studio.models import Membership, Project, Role
 from studio.services.endpoints import seed_endpoints
 from tests.support.jobs import drain_jobs
-from tests.support.worker import purge_test_queues
+from tests.support.worker import purge_test_queues, running_worker
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -21,6 +22,24 @@ def _isolated_queues():
     # takes test jobs, and two runs never see each other's jobs.
     settings.STUDIO_QUEUE_PREFIX = f"test{os.getpid()}-"
     yield
+    purge_test_queues()
+
+
+@pytest.fixture(scope="session")
+def default_worker(django_db_setup, django_db_blocker):
+    """One real worker on this run's default and gpu queues, shared by every test that only
+    needs a worker (they start slowly); tests that need a worker configured otherwise start
+    their own on queues of their own (`isolated_queues`)."""
+    with running_worker(("default", "gpu")) as proc:
+        yield proc
+
+
+@pytest.fixture
+def isolated_queues(settings):
+    """Queue names of this test alone: its own workers (a special environment, one it kills)
+    never share a queue with the shared worker."""
+    settings.STUDIO_QUEUE_PREFIX = f"{settings.STUDIO_QUEUE_PREFIX}{uuid.uuid4().hex[:8]}-"
+    yield settings.STUDIO_QUEUE_PREFIX
     purge_test_queues()
 
 
@@ -131,13 +150,35 @@ def page(browser):
 
 
 @pytest.fixture
-def login(live_server):
+def login_with_form(live_server):
+    """Sign in as a person does: the login page, the form, the redirect."""
+
     def do_login(page, username: str, password: str = "pw-for-tests-1"):
         page.goto(f"{live_server.url}/login/")
         page.fill("input[name=username]", username)
         page.fill("input[name=password]", password)
         page.click("button[type=submit]")
         page.wait_for_url(lambda url: "/login/" not in url)
+        return page
+
+    return do_login
+
+
+@pytest.fixture
+def login(live_server):
+    """Signed in at once (a session made for the user, its cookie given to the browser),
+    then on the projects page as after the login form; the form itself is tested once."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    def do_login(page, username: str, password: str = "pw-for-tests-1"):
+        client = Client()
+        client.force_login(get_user_model().objects.get(username=username))
+        session = client.cookies[settings.SESSION_COOKIE_NAME].value
+        page.context.add_cookies(
+            [{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": live_server.url}]
+        )
+        page.goto(f"{live_server.url}/")
         return page
 
     return do_login

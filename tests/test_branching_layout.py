@@ -5,15 +5,8 @@ import random
 from django.utils.safestring import SafeData
 
 from studio.presenters.diff import diff_html
-from studio.services.branches import (
-    WORD_DIFF_LIMIT,
-    TreeNode,
-    layout_tree,
-    line_pieces,
-    shared_prefix_length,
-    similarity,
-    word_pieces,
-)
+from studio.services.branches import TreeNode, layout_tree, shared_prefix_length
+from studio.services.diffs import WORD_DIFF_LIMIT, line_pieces, similarity, word_pieces
 
 
 def random_tree(n, seed=0):

@@ -246,7 +246,8 @@ def test_tree_fragment_has_a_node_per_branch_and_highlights_current(researcher_c
     fig = figure_of(html, t.pk)
     nodes = next(tr for tr in fig["data"] if tr["name"] == "branches")
     assert len(nodes["x"]) == 3 and nodes["x"] == [0, 2, 3] and nodes["y"] == [0, 1, 2]
-    assert nodes["customdata"][1] == f"/trajectories/{t.pk}/?branch={a.pk}"
+    # a branch opens at its fork step
+    assert nodes["customdata"][1] == f"/trajectories/{t.pk}/?branch={a.pk}&step=2"
     assert fig["meta"]["current"] == a.pk
     current = next(tr for tr in fig["data"] if tr["name"] == "current")
     assert current["x"] == [2] and current["y"] == [1]
@@ -271,32 +272,51 @@ def test_tree_page_labels_and_escapes(researcher_client, traj):
     assert "<script>alert(1)</script>" not in html
     fig = figure_of(html, t.pk)
     labels = next(tr for tr in fig["data"] if tr["name"] == "labels")["text"]
-    assert labels[0].strip() == "root · recorded · ready · 5 steps"
-    assert labels[1].strip() == "@1 · simulated · succeeded · 2 steps"
+    assert labels[0].strip() == "recorded · 5 steps"
+    assert labels[1].strip() == "&lt;script&gt;alert(1)&lt;/script&gt; · succeeded · 2 steps"
     hover = next(tr for tr in fig["data"] if tr["name"] == "branches")["hovertext"][1]
     assert "&lt;script&gt;" in hover
 
 
-def test_tree_of_200_branches_drops_labels_but_keeps_hover(researcher_client, traj):
+def test_tree_of_500_branches_groups_each_forks_futures_and_stays_legible(researcher_client, traj):
     t, root = traj
+    job = make_job(root, 1, n=25)
     Branch.objects.bulk_create(
         Branch(
             trajectory=t,
             parent=root,
-            fork_index=i % 5,
-            name=f"b{i}",
+            fork_index=i % 4,
+            name=f"job {job.pk} #{i // 4 + 1} @{i % 4} · ls",
             origin="simulated",
+            status="failed" if i % 50 == 0 else "succeeded",
+            job=job,
+            sample_index=i // 4,
             lineage=[[root.pk, 0]],
         )
-        for i in range(199)
+        for i in range(499)
     )
-    html = researcher_client.get(reverse("branch_tree", args=[t.pk])).content.decode()
+    url = reverse("branch_tree", args=[t.pk])
+    html = researcher_client.get(url).content.decode()
     fig = figure_of(html, t.pk)
-    assert fig["meta"]["branches"] == 200
-    assert not any(tr["name"] == "labels" for tr in fig["data"])
+    assert fig["meta"] == {"branches": 500, "nodes": 5, "groups": 4, "current": None}
+    labels = next(tr for tr in fig["data"] if tr["name"] == "labels")["text"]
+    assert labels[1].strip() == f"125 futures @0 (job {job.pk}) · 5 failed, 120 succeeded"
     nodes = next(tr for tr in fig["data"] if tr["name"] == "branches")
-    assert len(set(nodes["y"])) == 200 and len(nodes["hovertext"]) == 200
-    assert fig["layout"]["height"] >= 200 * 14
+    assert (
+        nodes["customdata"][1] == reverse("branch_compare", args=[t.pk]) + f"?fork={root.pk}&at=0"
+    )
+    assert "500 branches" in html and html.count('class="branch-group"') == 4
+    assert f"&amp;expand={root.pk}:0" in html  # "show each"
+    # one group opened: its 125 futures are nodes again
+    opened = figure_of(researcher_client.get(url + f"?expand={root.pk}:0").content.decode(), t.pk)
+    assert (opened["meta"]["nodes"], opened["meta"]["groups"]) == (129, 3)
+    # everything open: labels give way to hover text, rows stay apart
+    every = figure_of(researcher_client.get(url + "?expand=all").content.decode(), t.pk)
+    assert every["meta"]["nodes"] == 500
+    assert not any(tr["name"] == "labels" for tr in every["data"])
+    nodes = next(tr for tr in every["data"] if tr["name"] == "branches")
+    assert len(set(nodes["y"])) == 500 and len(nodes["hovertext"]) == 500
+    assert every["layout"]["height"] >= 500 * 14
 
 
 # ---- compare -----------------------------------------------------------------------------------
@@ -326,19 +346,62 @@ def test_compare_diffs_against_recorded_then_first(researcher_client, traj):
     )
 
 
-def test_compare_with_recorded_and_all_children_of_a_fork(researcher_client, traj):
+def test_compare_of_a_fork_summarises_outcomes_with_at_most_six_columns(researcher_client, traj):
     t, root = traj
-    kids = [make_child(root, 3, [f"obs {i}"], name=f"k{i}", sample_index=i) for i in range(8)]
+    observations = ["3 passed in 0.12s"] * 5 + ["3  passed in 0.12s\r\n"] * 2  # same meaning
+    observations += ["1 failed, 2 passed in 0.31s"] * 3 + ["FAILED test_x.py"]
+    kids = [
+        make_child(root, 2, [obs], name=f"k{i}", sample_index=i)
+        for i, obs in enumerate(observations)
+    ]
+    broken = make_child(root, 2, ["no tags"], name="broken", sample_index=11, parse_status="no_tag")
+    lost = make_child(root, 2, [], name="lost", sample_index=12, status="failed")
     make_child(root, 1, ["elsewhere"], name="other fork")
     tree = researcher_client.get(reverse("branch_tree", args=[t.pk])).content.decode()
-    assert f"?fork={root.pk}&amp;at=3" in tree and "compare 8 futures @3" in tree
+    assert f"?fork={root.pk}&amp;at=2" in tree and "compare 13 futures @2" in tree
     assert "at=1" not in tree  # a single child is no group
     html = researcher_client.get(
-        reverse("branch_compare", args=[t.pk]) + f"?fork={root.pk}&at=3"
+        reverse("branch_compare", args=[t.pk]) + f"?fork={root.pk}&at=2"
     ).content.decode()
-    for k in kids:
-        assert f'data-branch-id="{k.pk}"' in html
-    assert "other fork</a>" not in html.split("compare-table")[1]
+    summary = html.split('id="fork-summary"')[1].split("</section>")[0]
+    assert "13 futures of <em>recorded</em> at step 2" in summary
+    assert "3 outcomes among the 11 futures with a well-formed observation" in summary
+    assert "1 malformed" in summary and "1 failed" in summary
+    rows = re.findall(
+        r'<tr id="outcome-(\w+)".*?<td class="num">(\d+)</td>\s*<td class="num">([\d.]+%)</td>',
+        summary,
+        re.S,
+    )
+    assert rows == [("A", "7", "64%"), ("B", "3", "27%"), ("C", "1", "9%")]
+    assert "same meaning as recorded" in summary  # A is the recorded observation
+    figure = json.loads(
+        re.search(r'id="outcome-figure" type="application/json">(.*?)</script>', html, re.S).group(
+            1
+        )
+    )
+    assert figure["data"][0]["x"] == ["A", "B", "C", "malformed", "failed"]
+    assert figure["data"][0]["y"] == [7, 3, 1, 1, 1]
+    table = html.split("compare-table")[1]
+    columns = re.findall(r'<th data-branch-id="(\d+)"', table)
+    # the recorded branch, one representative per outcome, then the malformed and failed
+    assert [int(c) for c in columns] == [
+        root.pk,
+        kids[0].pk,
+        kids[7].pk,
+        kids[10].pk,
+        broken.pk,
+        lost.pk,
+    ]
+    assert len(columns) <= 6 and "other fork</a>" not in table
+    # ticked columns replace the default ones
+    picked = researcher_client.get(
+        reverse("branch_compare", args=[t.pk])
+        + f"?fork={root.pk}&at=2&b={kids[7].pk}&b={kids[9].pk}"
+    ).content.decode()
+    assert re.findall(r'<th data-branch-id="(\d+)"', picked.split("compare-table")[1]) == [
+        str(kids[7].pk),
+        str(kids[9].pk),
+    ]
     html = researcher_client.get(
         reverse("branch_compare", args=[t.pk]) + f"?b={root.pk}&b={kids[0].pk}"
     ).content.decode()
@@ -364,7 +427,10 @@ def test_compare_selection_errors(researcher_client, traj, project):
     r = researcher_client.get(url + f"?b={a.pk}&b={root2.pk}")
     assert r.status_code == 400 and "Select a valid choice" in r.content.decode()
     r = researcher_client.get(url + f"?fork={a.pk}&at=4")
-    assert "has no children at step 4" in r.content.decode()
+    assert "has no futures at step 4" in r.content.decode()
+    make_child(root, 4, ["z"], name="late")
+    r = researcher_client.get(url + f"?fork={root.pk}")
+    assert "futures forked at several steps (1, 2, 4): say which with at=" in r.content.decode()
 
 
 # ---- rename / star / delete ---------------------------------------------------------------------

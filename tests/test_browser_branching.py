@@ -12,7 +12,6 @@ import pytest
 from studio.models import Branch, JobStatus, ModelEndpoint, SimulationJob
 from tests.support.branching import make_trajectory
 from tests.support.tiny_model import tiny_model_path  # noqa: F401
-from tests.support.worker import running_worker
 
 pytestmark = [
     pytest.mark.browser,
@@ -21,11 +20,10 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def worker(django_db_setup, django_db_blocker):
-    """One real worker on both queues (retrieval runs on `default`, hf on `gpu`)."""
-    with running_worker(("default", "gpu")) as proc:
-        yield proc
+@pytest.fixture
+def worker(default_worker):
+    """The shared real worker, on both queues (retrieval runs on `default`, hf on `gpu`)."""
+    return default_worker
 
 
 def open_editor(page, live_server, trajectory, root, index):
@@ -119,7 +117,8 @@ def run_flow(page, live_server, login, project, *, world):
     fig = tree_figure(page)
     assert fig["meta"]["branches"] == 4
     click_tree_node(page, kids[1].pk)
-    page.wait_for_url(re.compile(rf"/trajectories/{trajectory.pk}/\?branch={kids[1].pk}$"))
+    # a branch opens at its fork step
+    page.wait_for_url(re.compile(rf"/trajectories/{trajectory.pk}/\?branch={kids[1].pk}&step=2$"))
     assert page.locator("#step-2").count() == 1
     return trajectory, job, initially_done
 
@@ -151,7 +150,7 @@ def test_branch_edit_simulate_compare_tree_retrieval(page, live_server, login, p
     assert '<img src=x onerror="window.__xss=1">' in hover
     assert page.evaluate("window.__xss") is None
     page.mouse.click(box["x"], box["y"])
-    page.wait_for_url(re.compile(rf"\?branch={first.pk}$"))
+    page.wait_for_url(re.compile(rf"\?branch={first.pk}&step=2$"))
     page.goto(f"{live_server.url}/trajectories/{trajectory.pk}/compare/?b={first.pk}&b={second.pk}")
     assert '<img src=x onerror="window.__xss=1">' in page.inner_text(".compare-table thead")
     assert page.evaluate("window.__xss") is None

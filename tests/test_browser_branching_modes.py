@@ -12,7 +12,6 @@ import pytest
 from studio.models import Branch, JobStatus, ModelEndpoint, SimulationJob, Step
 from tests.support.branching import make_trajectory
 from tests.support.fake_openai import fake_openai_server
-from tests.support.worker import running_worker
 
 pytestmark = [
     pytest.mark.browser,
@@ -54,10 +53,9 @@ def fake_model():
         yield srv
 
 
-@pytest.fixture(scope="module")
-def worker(django_db_setup, django_db_blocker, fake_model):
-    with running_worker(("default",)) as proc:
-        yield proc
+@pytest.fixture
+def worker(default_worker):
+    return default_worker
 
 
 def fake_endpoints(project, fake_model) -> None:
@@ -188,3 +186,43 @@ def test_agent_rollout_until_final_answer(page, live_server, login, project, wor
         assert all(s.provenance == "agent" for s in own[1:])
     text = page.inner_text(".job-branches")
     assert "echo agent-step-3" in text and "world ran [echo agent-step-3] ok" in text
+
+
+def test_cancel_a_running_job_and_see_it_cancelled(
+    page, live_server, login, project, worker, fake_model
+):
+    trajectory, root = make_trajectory(project, key="cancel")
+    fake_endpoints(project, fake_model)
+    # the streams stop in the thinking until released: the job is decoding when cancelled,
+    # and it notices the cancel at its next chunk, after the page said "Cancelling…"
+    hold = threading.Event()
+    fake_model.holds = {10: hold}
+    try:
+        job = start(
+            page,
+            live_server,
+            login,
+            trajectory,
+            root,
+            1,
+            action="cat setup.py",
+            n=3,
+            world_endpoint="fake world model",
+        )
+        page.wait_for_selector(".job-branch .stream-thinking", timeout=60_000)
+        page.click("#job-cancel")
+        page.wait_for_selector("#job-status >> text=Cancelling…")
+        assert "Asked job" in page.inner_text(".messages")
+        # the worker has seen the request (it says so on the row, the page shows it)
+        page.wait_for_selector("[data-job-phase] >> text=cancelling", timeout=30_000)
+        hold.set()
+        page.wait_for_selector(".job-summary[data-done='1']", timeout=30_000)
+    finally:
+        hold.set()
+        fake_model.holds = {}
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED and job.error == ""
+    assert page.inner_text("#job-status") == "Cancelled"
+    assert "No future had finished" in page.inner_text(".job-cancelled")
+    assert set(Branch.objects.filter(job=job).values_list("status", flat=True)) == {"cancelled"}
+    assert not Step.objects.filter(branch__job=job).exists()  # nothing half-written

@@ -13,7 +13,6 @@ from playwright.sync_api import expect
 
 from studio.models import DOMAINS, Project, Trajectory
 from tests.support.browser import DialogWatch, current_step, shot, step_indices, write_native_file
-from tests.support.worker import running_worker
 
 pytestmark = pytest.mark.browser
 
@@ -22,28 +21,25 @@ STEPS = 60
 
 @pytest.mark.worker
 def test_upload_import_then_page_through_the_trajectory(
-    transactional_db, project, page, login, live_server, tmp_path
+    transactional_db, project, page, login, live_server, tmp_path, default_worker
 ):
     title = "Browser upload: sixty log counts"
     upload = write_native_file(tmp_path / "sixty-steps.json", title=title, steps=STEPS)
     dialogs = DialogWatch(page)
-    with running_worker(("default",)):
-        login(page, "researcher")
-        expect(page.get_by_role("heading", name="Projects")).to_be_visible()
-        page.get_by_role("link", name="Test project", exact=True).click()
-        page.wait_for_url(re.compile(rf"/projects/{project.pk}/$"))
-        expect(page.locator("h1")).to_have_text("Test project")
-        page.get_by_role("link", name="Import trajectories").click()
-        page.set_input_files("input[name=file]", str(upload))
-        page.get_by_role("button", name="Upload and import").click()
-        finished = page.locator(
-            ".import-job[data-status=succeeded], .import-job[data-status=failed]"
-        )
-        finished.wait_for(timeout=90_000)
-        assert finished.get_attribute("data-status") == "succeeded", finished.inner_text()
-        result = " ".join(page.locator(".import-result").inner_text().split())
-        assert f"Imported 1 trajectory with {STEPS} steps" in result
-        shot(page, "upload-finished")
+    login(page, "researcher")
+    expect(page.get_by_role("heading", name="Projects")).to_be_visible()
+    page.get_by_role("link", name="Test project", exact=True).click()
+    page.wait_for_url(re.compile(rf"/projects/{project.pk}/$"))
+    expect(page.locator("h1")).to_have_text("Test project")
+    page.get_by_role("link", name="Import trajectories").click()
+    page.set_input_files("input[name=file]", str(upload))
+    page.get_by_role("button", name="Upload and import").click()
+    finished = page.locator(".import-job[data-status=succeeded], .import-job[data-status=failed]")
+    finished.wait_for(timeout=90_000)
+    assert finished.get_attribute("data-status") == "succeeded", finished.inner_text()
+    result = " ".join(page.locator(".import-result").inner_text().split())
+    assert f"Imported 1 trajectory with {STEPS} steps" in result
+    shot(page, "upload-finished")
 
     page.get_by_role("link", name="Open the library").click()
     page.get_by_role("link", name=title).click()
@@ -104,11 +100,13 @@ DOMAIN_PROBES = {
 }
 
 
-def test_demo_data_opens_with_all_seven_domains(transactional_db, page, login, live_server):
+def test_demo_data_opens_with_all_seven_domains(
+    transactional_db, page, login_with_form, live_server
+):
     call_command("load_demo", stdout=StringIO())
     demo = Project.objects.get(name="Demo")
     dialogs = DialogWatch(page)
-    login(page, "researcher", "demo-password")
+    login_with_form(page, "researcher", "demo-password")  # the demo's own login, by the form
     page.get_by_role("link", name="Demo", exact=True).click()
     page.wait_for_url(re.compile(rf"/projects/{demo.pk}/$"))
     total = Trajectory.objects.filter(project=demo).count()

@@ -11,7 +11,6 @@ import pytest
 from studio.models import Branch, JobStatus, ModelEndpoint, SimulationJob, Step
 from tests.support.branching import make_trajectory
 from tests.support.fake_openai import fake_openai_server
-from tests.support.worker import running_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -42,9 +41,9 @@ def add_model(page, live_server, project, *, name, role, url, key):
     return ModelEndpoint.objects.get(project=project, name=name)
 
 
-def test_register_models_then_roll_out_with_them(page, live_server, login, project):
+def test_register_models_then_roll_out_with_them(page, live_server, login, project, default_worker):
     trajectory, root = make_trajectory(project, key="endpoints")
-    with fake_openai_server(responder) as srv, running_worker(("default",)):
+    with fake_openai_server(responder) as srv:
         login(page, "admin")
         # before any agent model exists, the editor says so, with a link to add one
         page.goto(f"{live_server.url}/branches/{root.pk}/steps/1/fork/")

@@ -166,6 +166,21 @@ EXPECTED = {
 }
 
 
+# ToolBench keeps its whole depth-first search: (explored branches, steps of all branches).
+TB_EXPLORED = {
+    TB + "G1_answer__57_ChatGPT_DFS_woFilter_w2.json": (3, 8),
+    TB + "G1_answer__69_ChatGPT_DFS_woFilter_w2.json": (7, 19),
+    TB + "G2_answer__10_ChatGPT_DFS_woFilter_w2.json": (11, 22),
+    TB + "G2_answer__119_ChatGPT_DFS_woFilter_w2.json": (4, 9),
+    TB + "G2_answer__127_ChatGPT_DFS_woFilter_w2.json": (2, 4),
+    TB + "G2_answer__52_ChatGPT_DFS_woFilter_w2.json": (12, 20),
+    TB + "G3_answer__13_ChatGPT_DFS_woFilter_w2.json": (36, 62),
+    TB + "G3_answer__15_ChatGPT_DFS_woFilter_w2.json": (19, 38),
+    TB + "G3_answer__3_ChatGPT_DFS_woFilter_w2.json": (17, 34),
+    TB + "G3_answer__8_ChatGPT_DFS_woFilter_w2.json": (15, 41),
+}
+
+
 @pytest.fixture
 def project(db):
     # A bare project: no users to hash passwords for, so the 66 imports stay quick.
@@ -184,13 +199,18 @@ def test_every_shared_file_is_covered(shared_data):
 @pytest.mark.parametrize("rel", sorted(EXPECTED))
 def test_shared_file_imports(db, project, shared_data, rel):
     fmt, domain, n_traj, n_steps = EXPECTED[rel]
+    n_explored, all_steps = TB_EXPLORED.get(rel, (0, n_steps))
     result = do_import_file(project=project, path=shared_data / rel)
     assert result.detected_format == fmt
-    assert (result.trajectories_created, result.steps_created) == (n_traj, n_steps)
+    assert (result.trajectories_created, result.steps_created) == (n_traj, all_steps)
     trajectories = Trajectory.objects.filter(project=project)
     assert trajectories.count() == n_traj
     assert set(trajectories.values_list("domain", flat=True)) == {domain}
-    assert Step.objects.filter(branch__trajectory__project=project).count() == n_steps
+    steps = Step.objects.filter(branch__trajectory__project=project)
+    assert steps.filter(branch__parent=None).count() == n_steps
+    assert steps.count() == all_steps
+    explored = Branch.objects.filter(trajectory__project=project, parent__isnull=False)
+    assert explored.count() == n_explored
     for t in trajectories:
         root = Branch.objects.get(trajectory=t, parent=None)
         assert (root.name, root.origin, root.lineage) == ("recorded", "recorded", [[root.pk, 0]])
@@ -218,6 +238,43 @@ def test_tau_bench_tool_call_and_result(db, project, shared_data):
     assert steps[2].observation.startswith('[[{"flight_number": "HAT057"')
     assert t.task_instruction.startswith("You are mia_li_3668.")
     assert t.metadata["reward"] == 0.0
+
+
+def test_toolbench_keeps_the_explored_search_tree_as_branches(db, project, shared_data):
+    name = "G1_answer__57_ChatGPT_DFS_woFilter_w2.json"
+    do_import_file(project=project, path=shared_data / TB / name)
+    t = Trajectory.objects.get(project=project)
+    root = t.root_branch
+    recorded = [json.loads(s.action)["name"] for s in root.all_steps()]
+    assert recorded == ["products_for_seo_api", "news_for_seo_api", "search_b_for_seo_api"]
+    gave_up, pruned, pruned_again = Branch.objects.filter(trajectory=t, parent__isnull=False)
+    assert (gave_up.parent_id, gave_up.fork_index, gave_up.name) == (
+        root.pk,
+        2,
+        "explored path 2 · gave up",
+    )
+    steps = list(gave_up.all_steps())
+    # the first two steps are the recorded ones, the third the path the agent gave up on
+    assert [s.branch_id for s in steps] == [root.pk, root.pk, gave_up.pk]
+    assert json.loads(steps[2].action) == {
+        "name": "search_for_seo_api",
+        "arguments": {"query": "iPhone 14 news"},
+    }
+    assert (pruned.parent_id, pruned.fork_index) == (gave_up.pk, 3)
+    assert (pruned_again.parent_id, pruned_again.fork_index) == (pruned.pk, 4)
+    assert [s.branch_id for s in pruned_again.all_steps()] == [
+        root.pk,
+        root.pk,
+        gave_up.pk,
+        pruned.pk,
+        pruned_again.pk,
+    ]
+    assert all(b.origin == "recorded" for b in (gave_up, pruned, pruned_again))
+    assert all(s.provenance == "recorded" for s in pruned_again.all_steps())
+    # importing it again adds nothing
+    again = do_import_file(project=project, path=shared_data / TB / name)
+    assert (again.trajectories_created, again.trajectories_skipped) == (0, 1)
+    assert Branch.objects.filter(trajectory__project=project).count() == 4
 
 
 def test_toolbench_chain_tools_and_tree_walk(db, project, shared_data):
@@ -273,6 +330,20 @@ def test_swe_agent_and_ctf(db, project, shared_data):
     assert steps[1].action == 'open "tests/missing_colon.py"'
     assert steps[1].observation.startswith("[File: tests/missing_colon.py (10 lines total)]")
     assert steps[1].meta == {"tool_name": "open", "call_id": "call_upNLxh7rBcDH9w5XiNdoAS0I"}
+
+
+def test_swe_agent_demonstrations_are_not_the_task(db, project, shared_data):
+    name = "gpt4__swe-bench-dev-easy_first_only__default__pydicom__pydicom-1458.traj"
+    do_import_file(project=project, path=shared_data / SW / name)
+    t = Trajectory.objects.get(project=project)
+    # the first user message is a demonstration (is_demo); the task is the real instance's
+    # problem statement, not the demo's, and not the surrounding instructions
+    assert t.task_instruction.startswith(
+        "Pixel Representation attribute should be optional for pixel data handler"
+    )
+    assert "DEMONSTRATION" not in t.task_instruction
+    assert "INSTRUCTIONS:" not in t.task_instruction and "\r\n" not in t.task_instruction
+    assert t.metadata["agent_task_prompt"].startswith("We're currently solving the following")
 
 
 def test_mini_swe_agent_command_and_output(db, project, shared_data):
@@ -406,7 +477,7 @@ TOOLBENCH_2 = "G1_answer__69_ChatGPT_DFS_woFilter_w2.json"
     ("files", "fmt", "steps"),
     [
         ((A + "FilesDeleteFile_base_gpt-4o-mini_7d52a840.json", A + ANDROID_2), "androidworld", 9),
-        ((TB + "G1_answer__10_ChatGPT_DFS_woFilter_w2.json", TB + TOOLBENCH_2), "toolbench", 7),
+        ((TB + "G1_answer__10_ChatGPT_DFS_woFilter_w2.json", TB + TOOLBENCH_2), "toolbench", 21),
         ((CTF + "forensics__flash.traj", CTF + "misc__networking_1.traj"), "swe-agent", 8),
     ],
 )

@@ -10,12 +10,12 @@ from django.core.management import CommandError, call_command
 from studio.models import JobStatus, SimulationJob
 from studio.services.endpoints import EndpointData, save_endpoint
 from tests.support.fake_openai import fake_openai_server
-from tests.support.jobs import default_worker, make_trajectory  # noqa: F401
+from tests.support.jobs import make_trajectory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 
-def test_simulate_wait_prints_the_predictions(project, default_worker):  # noqa: F811
+def test_simulate_wait_prints_the_predictions(project, default_worker):
     trajectory = make_trajectory(project)
     out = StringIO()
     call_command(
@@ -27,11 +27,12 @@ def test_simulate_wait_prints_the_predictions(project, default_worker):  # noqa:
     job = SimulationJob.objects.get()
     assert job.status == JobStatus.SUCCEEDED and job.n == 2
     assert f"job {job.pk} queued on" in text and f"job {job.pk} succeeded" in text
-    assert "--- sim #1 · step 1" in text and "--- sim #2 · step 1" in text
+    assert f"--- job {job.pk} #1 @1 · cat /srv/app/requirements.txt" in text
+    assert f"--- job {job.pk} #2 @1" in text
     assert "step 1 predicted observation:\nflask==3.0.2\ngunicorn==22.0.0" in text
 
 
-def test_simulate_wait_exits_non_zero_on_failure(project, default_worker):  # noqa: F811
+def test_simulate_wait_exits_non_zero_on_failure(project, default_worker):
     trajectory = make_trajectory(project)
     with fake_openai_server(lambda b, i: (400, "model m is not served here")) as srv:
         with pytest.raises(CommandError, match="failed: The openai backend failed"):
@@ -43,7 +44,7 @@ def test_simulate_wait_exits_non_zero_on_failure(project, default_worker):  # no
     assert SimulationJob.objects.get().status == JobStatus.FAILED
 
 
-def test_simulate_runs_a_named_endpoint(project, default_worker):  # noqa: F811
+def test_simulate_runs_a_named_endpoint(project, default_worker):
     trajectory = make_trajectory(project)
     answer = "<predicted_observation>Flask 3.0.2</predicted_observation>"
     with fake_openai_server(lambda b, i: answer) as srv:

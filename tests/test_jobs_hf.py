@@ -8,12 +8,11 @@ import pytest
 from studio.models import JobStatus, Step
 from tests.support.jobs import make_trajectory, start_job, wait_job
 from tests.support.tiny_model import tiny_model_path  # noqa: F401
-from tests.support.worker import running_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker, pytest.mark.torch]
 
 
-def test_hf_job_runs_on_the_gpu_queue(project, settings, tiny_model_path):  # noqa: F811
+def test_hf_job_runs_on_the_gpu_queue(project, settings, tiny_model_path, default_worker):  # noqa: F811
     trajectory = make_trajectory(project)
     job = start_job(
         user=None,
@@ -26,8 +25,7 @@ def test_hf_job_runs_on_the_gpu_queue(project, settings, tiny_model_path):  # no
         params={"max_tokens": 12, "temperature": 0.8, "seed": 7},
     )
     assert job.queue == f"{settings.STUDIO_QUEUE_PREFIX}gpu"
-    with running_worker(("gpu",)):
-        job = wait_job(job, timeout=240)
+    job = wait_job(job, timeout=240)
     assert job.status == JobStatus.SUCCEEDED, job.error
     assert job.tokens_in > 0 and 0 < job.tokens_out <= 3 * 12
     assert job.prefill_s is not None and job.decode_s > 0 and job.tokens_per_s > 0

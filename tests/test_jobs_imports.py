@@ -11,12 +11,12 @@ from django.urls import reverse
 
 from studio.models import ImportJob, JobStatus, Step, Trajectory
 from tests.support.imports import HX, native_file, upload
-from tests.support.jobs import default_worker, wait_job  # noqa: F401
+from tests.support.jobs import wait_job
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 
-def test_upload_imports_through_the_worker(researcher_client, project, default_worker):  # noqa: F811
+def test_upload_imports_through_the_worker(researcher_client, project, default_worker):
     response = upload(researcher_client, project, native_file(), format="agentworld-studio/v1")
     assert response.status_code == 200
     job = ImportJob.objects.get()
@@ -51,7 +51,7 @@ def test_upload_imports_through_the_worker(researcher_client, project, default_w
 def test_malformed_file_fails_clearly_and_writes_nothing(
     researcher_client,
     project,
-    default_worker,  # noqa: F811
+    default_worker,
 ):
     data = json.loads(native_file())
     del data["trajectories"][1]["steps"][2]["observation"]
@@ -69,7 +69,7 @@ def test_malformed_file_fails_clearly_and_writes_nothing(
 def test_import_progress_shows_while_the_atomic_import_runs(
     researcher_client,
     project,
-    default_worker,  # noqa: F811
+    default_worker,
 ):
     """The importer writes in one transaction; progress comes from the monitor thread's own
     connection (and its pulse file, which SQLite's single writer cannot block), so the page

@@ -9,14 +9,19 @@ from tests.support.fake_openai import fake_openai_server
 from tests.support.jobs import make_trajectory, start_job, wait_job
 from tests.support.worker import running_worker
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+# A worker of its own (a short time limit) on queues of its own.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.worker,
+    pytest.mark.usefixtures("isolated_queues"),
+]
 
 
 def test_job_past_its_time_limit_fails_readably(project):
     slow = "<predicted_observation>" + "drip " * 400 + "</predicted_observation>"  # ~25 s
     trajectory = make_trajectory(project)
-    # hard limit 10 s -> soft limit 5 s in settings; the run stops itself just before
-    env = {"STUDIO_JOB_HARD_LIMIT_S": "10"}
+    # hard limit 6 s -> soft limit 3 s in settings; the run stops itself just before
+    env = {"STUDIO_JOB_HARD_LIMIT_S": "6"}
     with fake_openai_server(lambda b, i: slow, chunk_delay_s=0.05) as srv:
         with running_worker(("default",), extra_env=env):
             job = start_job(
@@ -31,7 +36,7 @@ def test_job_past_its_time_limit_fails_readably(project):
             )
             job = wait_job(job, timeout=60)
     assert job.status == JobStatus.FAILED
-    assert job.error.startswith("Stopped: the job ran past its time limit of 5 s")
-    assert (job.finished_at - job.started_at).total_seconds() < 10
+    assert job.error.startswith("Stopped: the job ran past its time limit of 3 s")
+    assert (job.finished_at - job.started_at).total_seconds() < 6
     assert set(job.branches.values_list("status", flat=True)) == {"failed"}
     assert not Step.objects.filter(branch__job=job).exists()

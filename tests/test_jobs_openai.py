@@ -15,7 +15,7 @@ from studio.services.simulation import build_request, cancel_simulation, start_s
 from studio.tasks import enqueue_simulation
 from tests.support.fake_openai import fake_openai_server
 from tests.support.jobs import AWB_DIR, make_trajectory, read_awb_rows, start_job, wait_job
-from tests.support.worker import running_worker, wait_for
+from tests.support.worker import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -41,10 +41,9 @@ def server(script):
         yield srv
 
 
-@pytest.fixture(scope="module")
-def openai_worker(django_db_setup, django_db_blocker, server):
-    with running_worker(("default",)) as p:
-        yield p
+@pytest.fixture
+def openai_worker(default_worker):
+    return default_worker
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from studio.services.simulation import (
 )
 from tests.support.jobs import (  # noqa: F401
     TERMINAL_STEPS,
-    default_worker,
     make_trajectory,
     start_job,
     wait_job,
@@ -42,7 +41,9 @@ def test_job_body_stores_each_future_as_a_child_branch(project):
     assert job.queue_wait_s is not None and job.decode_s is not None
     assert job.tokens_per_s is None  # no decoding rate for a non-neural baseline
     children = list(job.branches.order_by("sample_index"))
-    assert [b.name for b in children] == [f"sim #{i} · step 1" for i in (1, 2, 3)]
+    assert [b.name for b in children] == [
+        f"job {job.pk} #{i} @1 · cat /srv/app/requirements.txt" for i in (1, 2, 3)
+    ]
     observations = []
     for child in children:
         assert child.status == BranchStatus.SUCCEEDED and child.origin == "simulated"
@@ -126,7 +127,7 @@ def test_routing_cancel_queued_and_retry(project, settings):
 
 
 @pytest.mark.worker
-def test_worker_runs_jobs_sent_through_the_broker(project, default_worker):  # noqa: F811
+def test_worker_runs_jobs_sent_through_the_broker(project, default_worker):
     trajectory = make_trajectory(project)
     job = start_job(
         trajectory.root_branch,

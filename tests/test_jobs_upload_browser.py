@@ -8,7 +8,6 @@ import json
 import pytest
 
 from studio.models import ImportJob, JobStatus, Trajectory
-from tests.support.jobs import default_worker  # noqa: F401
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -50,7 +49,7 @@ def test_upload_shows_progress_and_result(
     live_server,
     project,
     tmp_path,
-    default_worker,  # noqa: F811
+    default_worker,
 ):
     size = big_native_file(tmp_path / "build-logs.json")
     assert size > 2_000_000

@@ -20,7 +20,12 @@ from tests.support.fake_openai import fake_openai_server
 from tests.support.jobs import live_texts, make_trajectory, start_job, wait_job
 from tests.support.worker import running_worker, wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+# Workers of their own (a short STUDIO_JOB_STALE_S, one killed) on queues of their own.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.worker,
+    pytest.mark.usefixtures("isolated_queues"),
+]
 
 STALE_S = 4  # heartbeats every 0.5 s, lost after 3 s, a sweep every second
 STALE_ENV = {"STUDIO_JOB_STALE_S": str(STALE_S)}

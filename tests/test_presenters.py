@@ -60,10 +60,10 @@ def test_tree_figure_from_plain_nodes_escapes_names():
     fig = build_tree_figure(Trajectory(pk=7), current_id=2, nodes=nodes)
     markers = next(tr for tr in fig["data"] if tr["name"] == "branches")
     page = reverse("trajectory", args=[7])
-    assert markers["customdata"] == [f"{page}?branch=1", f"{page}?branch=2"]
+    assert markers["customdata"] == [f"{page}?branch=1", f"{page}?branch=2&step=2"]
     assert "<b>&lt;b&gt;root&lt;/b&gt;</b>" in markers["hovertext"][0]
     assert "x &amp; y" in markers["hovertext"][1]
-    assert fig["meta"] == {"branches": 2, "current": 2}
+    assert fig["meta"] == {"branches": 2, "nodes": 2, "groups": 0, "current": 2}
     labels = next(tr for tr in fig["data"] if tr["name"] == "labels")
     assert labels["text"][1] == "\u2002" + plotly_text(node_label(nodes[1]))
     many = [TreeNode(pk=i, parent_id=None if i == 1 else 1, fork_index=0) for i in range(1, 50)]

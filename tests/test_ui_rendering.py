@@ -344,3 +344,21 @@ def test_os_gui_calls_are_not_shown_as_shell_commands():
     assert 'class="prompt"' not in gui and "report.pdf" in gui
     shell = str(render_action("os", "ls -la ~/Documents", {}))
     assert 'class="prompt"' in shell
+
+
+def test_fenced_actions_render_as_the_action_with_the_raw_text_a_click_away():
+    from studio.rendering import render_action
+
+    keys = '```json\n{"keystrokes": "grep -c ERROR /var/log/app.log\\n", "is_blocking": true}\n```'
+    html = str(render_action("terminal", keys))
+    assert '<span class="prompt">$ </span>grep -c ERROR /var/log/app.log</pre>' in html
+    assert '<details class="raw-action"><summary>raw action</summary><pre>```json' in html
+    several = '```json\n{"commands": [{"keystrokes": "cd /srv\\n"}, {"keystrokes": "C-c"}]}\n```'
+    html = str(render_action("terminal", several))
+    assert html.count('class="prompt"') == 2 and "</span>C-c</pre>" in html
+    bash = "```bash\nss -ltnp | grep ':8080'\n```"
+    html = str(render_action("terminal", bash))
+    assert "</span>ss -ltnp | grep &#x27;:8080&#x27;</pre>" in html
+    tool = '```json\n{"name": "get_weather", "arguments": {"city": "<Lyon>"}}\n```'
+    html = str(render_action("mcp", tool))
+    assert "get_weather" in html and "&lt;Lyon&gt;" in html and "<Lyon>" not in html

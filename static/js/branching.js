@@ -41,7 +41,7 @@
   }
 
   function drawTrees(root) {
-    (root || document).querySelectorAll(".branch-tree-plot:not([data-drawn])").forEach(drawOne);
+    (root || document).querySelectorAll(".branch-tree-plot:not([data-drawn]), .plotly-figure:not([data-drawn])").forEach(drawOne);
   }
 
   function bindSnippets(root) {

@@ -233,8 +233,10 @@ class RenameBranchForm(forms.Form):
 
 
 class CompareForm(forms.Form):
-    """`?b=1&b=2...` (2-6 branches of the trajectory) or `?fork=<branch>&at=<index>` (all
-    children of one fork). The trajectory's branches are passed in to bound the choices."""
+    """`?b=1&b=2...` (2-6 branches of the trajectory), or `?fork=<branch>&at=<index>`: the
+    futures of one fork as a summary of outcomes plus at most 6 columns (`b` picks them;
+    default: the recorded branch and the outcomes' representatives). The trajectory's
+    branches are passed in to bound the choices."""
 
     MIN_BRANCHES = 2
     MAX_BRANCHES = 6
@@ -243,7 +245,12 @@ class CompareForm(forms.Form):
     fork = forms.IntegerField(required=False)
     at = forms.IntegerField(required=False, min_value=0)
     diff = forms.ChoiceField(
-        choices=[("words", "Word diff"), ("lines", "Line diff")], required=False
+        choices=[
+            ("meaning", "Meaning: JSON by key, text without formatting"),
+            ("words", "Raw text, word by word"),
+            ("lines", "Raw text, line by line"),
+        ],
+        required=False,
     )
     start = forms.IntegerField(required=False, min_value=0)
 
@@ -259,25 +266,36 @@ class CompareForm(forms.Form):
         fork, at, picked = data.get("fork"), data.get("at"), data.get("b") or []
         if self.errors:
             return data
-        if fork is not None:
-            parent = self.branches.get(fork)
-            if parent is None:
-                raise forms.ValidationError(f"Branch {fork} is not a branch of this trajectory.")
-            children = [
-                b
-                for b in self.branches.values()
-                if b.parent_id == fork and (at is None or b.fork_index == at)
-            ]
-            if not children:
-                where = f" at step {at}" if at is not None else ""
-                raise forms.ValidationError(f"Branch {parent.name!r} has no children{where}.")
-            data["selected"] = sorted(children, key=lambda b: (b.fork_index, b.sample_index, b.pk))
-            return data
         unique = list(dict.fromkeys(picked))
+        if fork is not None:
+            return self._clean_fork(data, fork, at, unique)
         if not self.MIN_BRANCHES <= len(unique) <= self.MAX_BRANCHES:
             raise forms.ValidationError(
                 f"Pick {self.MIN_BRANCHES} to {self.MAX_BRANCHES} branches to compare "
                 f"(got {len(unique)})."
             )
         data["selected"] = [self.branches[pk] for pk in unique]
+        return data
+
+    def _clean_fork(self, data, fork: int, at: int | None, picked: list[int]):
+        parent = self.branches.get(fork)
+        if parent is None:
+            raise forms.ValidationError(f"Branch {fork} is not a branch of this trajectory.")
+        steps = sorted({b.fork_index for b in self.branches.values() if b.parent_id == fork})
+        if at is None and len(steps) == 1:
+            at = steps[0]
+        if at is None:
+            where = ", ".join(str(i) for i in steps) or "none"
+            raise forms.ValidationError(
+                f"Branch {parent.name!r} has futures forked at several steps ({where}): "
+                "say which with at=."
+            )
+        if at not in steps:
+            raise forms.ValidationError(f"Branch {parent.name!r} has no futures at step {at}.")
+        if len(picked) > self.MAX_BRANCHES:
+            raise forms.ValidationError(
+                f"Pick at most {self.MAX_BRANCHES} columns (got {len(picked)})."
+            )
+        data["fork_parent"], data["at"] = parent, at
+        data["chosen"] = [self.branches[pk] for pk in picked]
         return data

@@ -39,10 +39,23 @@ class ParsedStep:
 
 
 @dataclass
+class ParsedBranch:
+    """A recorded alternative of the trajectory (a path a search agent explored and left):
+    it forks from branch `parent` (0: the recorded branch, k: the k-th of these) at step
+    `fork_index`, inheriting its steps before that, and owns `steps` from there on."""
+
+    parent: int
+    fork_index: int
+    steps: list[ParsedStep]
+    name: str
+
+
+@dataclass
 class ParsedTrajectory:
     title: str
     task_instruction: str = ""
     steps: list[ParsedStep] = field(default_factory=list)
+    branches: list[ParsedBranch] = field(default_factory=list)  # recorded alternatives
     system_prompt: str = ""  # the world-model system prompt (AgentWorldBench, native)
     tools: list[Any] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -107,6 +107,21 @@ def steps_from_history(where: Where, history: list) -> list[ParsedStep]:
     return steps
 
 
+ISSUE = re.compile(r"^ISSUE:[ \t]*\n", re.MULTILINE)
+INSTRUCTIONS = re.compile(r"\n\s*INSTRUCTIONS:\s*\n")
+
+
+def problem_statement(prompt: str) -> str:
+    """The issue text of SWE-agent's instance prompt ("ISSUE:" up to "INSTRUCTIONS:"), with
+    Windows line endings of pasted issues made plain; the whole prompt when it has none."""
+    start = ISSUE.search(prompt)
+    if start is None:
+        return prompt
+    end = INSTRUCTIONS.search(prompt, start.end())
+    text = prompt[start.end() : end.start() if end else len(prompt)]
+    return text.replace("\r\n", "\n").strip()
+
+
 def build(source: Source, data: dict) -> ParsedTrajectory:
     where = Where(source.name)
     history = get(data, "history", list, where, required=False) or []
@@ -116,7 +131,17 @@ def build(source: Source, data: dict) -> ParsedTrajectory:
     system = next(
         (content_text(m.get("content")) for m in history if m.get("role") == "system"), ""
     )
-    task = next((content_text(m.get("content")) for m in history if m.get("role") == "user"), "")
+    # The first user message that is not a demonstration (`is_demo`: an example run shown
+    # to the agent first) holds the real instance; its ISSUE section is the task.
+    prompt = next(
+        (
+            content_text(m.get("content"))
+            for m in history
+            if m.get("role") == "user" and not m.get("is_demo")
+        ),
+        "",
+    )
+    task = problem_statement(prompt)
     if isinstance(data.get("trajectory"), list):
         steps = steps_from_trajectory(where, data["trajectory"])
     else:
@@ -128,7 +153,9 @@ def build(source: Source, data: dict) -> ParsedTrajectory:
         metadata["environment"] = environment
     if system:
         metadata["agent_system_prompt"] = system
-    is_ctf = bool(CTF.search(system) or CTF.search(task[:2000]) or CTF.search(environment))
+    if prompt and prompt != task:
+        metadata["agent_task_prompt"] = prompt
+    is_ctf = bool(CTF.search(system) or CTF.search(prompt[:2000]) or CTF.search(environment))
     stem = source.name.rsplit("/", 1)[-1].removesuffix(".traj")
     return ParsedTrajectory(
         title=stem or shorten(task, 100),

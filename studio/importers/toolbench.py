@@ -9,11 +9,16 @@ reasoning), `Action` (the function name), `Action Input` (the arguments, and the
 in `observation`). The `Finish` call is the agent's answer, not an environment step: it goes
 to `metadata["final_answer"]`. Tool schemas are `answer_generation.function`. A JSON list
 (or JSONL) of answers is several trajectories.
+
+The whole depth-first search is kept: every other root-to-leaf path of the tree becomes a
+recorded branch forked where it leaves the paths already placed (named by how it ended:
+answered, gave up, pruned or a dead end), so the branch tree shows what the agent explored.
 """
 
 from __future__ import annotations
 
 from studio.importers.base import (
+    ParsedBranch,
     ParsedStep,
     ParsedTrajectory,
     Source,
@@ -79,9 +84,13 @@ def _answers(path: list[dict]) -> bool:
 def steps_from_tree(where: Where, root: dict) -> list[ParsedStep]:
     paths = list(_paths(root, []))
     chosen = next((p for p in paths if _answers(p)), None) or max(paths, key=len)
+    return path_steps(chosen)
+
+
+def path_steps(path: list[dict]) -> list[ParsedStep]:
     steps: list[ParsedStep] = []
     thought, name = "", None
-    for node in chosen:
+    for node in path:
         kind, text = node.get("node_type"), as_text(node.get("description"))
         if kind == "Thought":
             thought = text
@@ -101,11 +110,66 @@ def steps_from_tree(where: Where, root: dict) -> list[ParsedStep]:
     return steps
 
 
+def _ending(path: list[dict]) -> str:
+    last = path[-1]
+    text = str(last.get("description") or "")
+    if "give_answer" in text:
+        return "answered"
+    if "give_up" in text:
+        return "gave up"
+    if last.get("pruned"):
+        return "pruned"
+    return "dead end"
+
+
+def _key(step: ParsedStep) -> tuple[str, str]:
+    return step.action, step.observation
+
+
+def explored_branches(root: dict, recorded: list[ParsedStep]) -> list[ParsedBranch]:
+    """Every path of the search tree not already placed, as a branch forked where it leaves
+    the placed ones (a trie of steps by action and observation: each node knows its branch)."""
+    # trie node: (branch number, children by step key); branch 0 is the recorded one
+    top: dict = {}
+
+    def place(steps: list[ParsedStep], number: int, start: int, children: dict) -> None:
+        for step in steps[start:]:
+            child: tuple[int, dict] = (number, {})
+            children[_key(step)] = child
+            children = child[1]
+
+    place(recorded, 0, 0, top)
+    out: list[ParsedBranch] = []
+    for path in _paths(root, []):
+        steps = path_steps(path)
+        children, owner, depth = top, 0, 0
+        for step in steps:
+            found = children.get(_key(step))
+            if found is None:
+                break
+            owner, children, depth = found[0], found[1], depth + 1
+        if depth == len(steps):
+            continue  # nothing new: a path already placed (or a prefix of one)
+        out.append(
+            ParsedBranch(
+                parent=owner,
+                fork_index=depth,
+                steps=steps[depth:],
+                name=f"explored path {len(out) + 2} · {_ending(path)}",
+            )
+        )
+        place(steps, len(out), depth, children)
+    return out
+
+
 def build(source: Source, where: Where, data: dict) -> ParsedTrajectory:
     answer = get(data, "answer_generation", dict, where)
     at = where.sub("answer_generation")
     query = as_text(answer.get("query")).strip()
     chains = answer.get("train_messages")
+    tree_root = None
+    if isinstance(data.get("tree"), dict) and isinstance(data["tree"].get("tree"), dict):
+        tree_root = data["tree"]["tree"]
     if chains:
         if not isinstance(chains, list) or not isinstance(chains[-1], list):
             raise at.fail("train_messages", "must be a list of message lists")
@@ -124,6 +188,7 @@ def build(source: Source, where: Where, data: dict) -> ParsedTrajectory:
         tools=optional_list(answer, "function"),
         metadata=metadata,
         steps=steps,
+        branches=explored_branches(tree_root, steps) if tree_root is not None else [],
     )
 
 

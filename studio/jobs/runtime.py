@@ -46,6 +46,11 @@ WORKER_LOST_MESSAGE = (
     "The worker running this job stopped without finishing it (killed, restarted or out of "
     "memory); no heartbeat for {age:.0f} s. The job was not retried automatically: use Retry."
 )
+HARD_LIMIT_MESSAGE = (
+    "Stopped at the time limit: the job ran for the longest a job may run ({limit} s, "
+    "STUDIO_JOB_HARD_LIMIT_S) and was killed there. Try fewer futures, fewer steps or fewer "
+    "max_tokens; the finished futures are kept."
+)
 CANCELLED_LOST_MESSAGE = (
     "Cancelled. Its worker had stopped without finishing (no heartbeat for {age:.0f} s); the "
     "finished futures are kept."
@@ -87,13 +92,18 @@ def claim(model: JobModel, pk: int, message_id: str = "") -> Any:
     """QUEUED -> RUNNING exactly once. Returns the row when this call claimed it, else None
     (already running, cancelled, finished or deleted: nothing to do)."""
     now = timezone.now()
-    claimed = model.objects.filter(pk=pk, status=JobStatus.QUEUED).update(
-        status=JobStatus.RUNNING,
-        started_at=now,
-        heartbeat_at=now,
-        claimed_by=message_id,
-        attempts=F("attempts") + 1,
-    )
+    with transaction.atomic():  # a simulation's branches start with it, never before
+        claimed = model.objects.filter(pk=pk, status=JobStatus.QUEUED).update(
+            status=JobStatus.RUNNING,
+            started_at=now,
+            heartbeat_at=now,
+            claimed_by=message_id,
+            attempts=F("attempts") + 1,
+        )
+        if claimed == 1 and model is SimulationJob:
+            Branch.objects.filter(job_id=pk, status=BranchStatus.QUEUED).update(
+                status=BranchStatus.RUNNING
+            )
     if claimed == 1:
         return model.objects.get(pk=pk)
     row = model.objects.filter(pk=pk).first()
@@ -120,6 +130,8 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
     age = (now - beat).total_seconds()
     status, branch_status = JobStatus.FAILED, BranchStatus.FAILED
     message = WORKER_LOST_MESSAGE.format(age=age)
+    if reached_hard_limit(row):
+        message = HARD_LIMIT_MESSAGE.format(limit=settings.STUDIO_JOB_HARD_LIMIT_S)
     extra: dict[str, Any] = {}
     if model is SimulationJob:
         extra = {"phase": "failed", "live": {}}
@@ -141,6 +153,16 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
     if done:
         clear_pulse(model, row.pk)
     return bool(done)
+
+
+def reached_hard_limit(row: Any) -> bool:
+    """Its worker beat until about the hard time limit: Celery killed it there (a worker that
+    dies of something else stops beating earlier)."""
+    if row.started_at is None or row.heartbeat_at is None:
+        return False
+    ran = (row.heartbeat_at - row.started_at).total_seconds()
+    margin = max(10.0, 3 * heartbeat_interval_s())
+    return ran >= settings.STUDIO_JOB_HARD_LIMIT_S - margin
 
 
 def is_silent(row: Any, now: Any) -> bool:
@@ -283,11 +305,19 @@ class JobMonitor:
                     .values("cancel_requested", "status")
                     .first()
                 )
-                self.cancel_requested = bool(
+                cancel = bool(
                     state is None
                     or state["cancel_requested"]
                     or state["status"] != JobStatus.RUNNING
                 )
+                if cancel and not self.cancel_requested:
+                    # the page can say the worker is stopping, not only that it was asked to
+                    SimulationJob.objects.filter(pk=self.pk, status=JobStatus.RUNNING).update(
+                        phase="cancelling"
+                    )
+                    with self._lock:
+                        self._job_fields.pop("phase", None)
+                self.cancel_requested = cancel
         except Exception:  # a flaky DB must not kill the job; the next tick retries
             log.exception("progress write for %s %s failed", self.model.__name__, self.pk)
             with self._lock:  # write these fields again next tick

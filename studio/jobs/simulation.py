@@ -277,7 +277,6 @@ def run_simulation_job(job_id: int, message_id: str = "") -> None:
         return
     queue_wait = (job.started_at - job.created_at).total_seconds()
     SimulationJob.objects.filter(pk=job.pk).update(queue_wait_s=queue_wait, phase="prefill")
-    Branch.objects.filter(job=job, status=BranchStatus.QUEUED).update(status=BranchStatus.RUNNING)
     branch_ids = dict(job.branches.values_list("sample_index", "pk"))
     outcome = RunOutcome(status=FAILED)
     with JobMonitor(SimulationJob, job.pk) as monitor:

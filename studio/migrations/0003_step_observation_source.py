@@ -9,8 +9,9 @@ def split_provenance(apps, schema_editor):
     Step = apps.get_model("studio", "Step")
     Step.objects.filter(provenance="simulated").update(provenance="replayed")
     simulated = Step.objects.exclude(provenance="recorded")
+    simulated.update(observation_source="simulated")
+    # (a key lookup never matches a row without the key: no exclude() on it)
     simulated.filter(meta__final_answer=True).update(observation_source="none")
-    simulated.exclude(meta__final_answer=True).update(observation_source="simulated")
 
 
 def join_provenance(apps, schema_editor):

@@ -19,7 +19,12 @@ STATUS_COLORS: dict[str, str] = {
     BranchStatus.FAILED: "#c92a2a",
     BranchStatus.CANCELLED: "#868e96",
 }
-ORIGIN_SYMBOLS = {"recorded": "square", "simulated": "circle", "edited": "diamond"}
+ORIGIN_SYMBOLS = {
+    "recorded": "square",
+    "simulated": "circle",
+    "edited": "diamond",
+    "group": "circle-open-dot",  # several sibling futures drawn as one
+}
 # Above this many branches, per-node labels would overlap: hover text carries them instead.
 LABEL_LIMIT = 40
 
@@ -30,10 +35,28 @@ def plotly_text(value: str) -> str:
     return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def status_counts(statuses: dict[str, int]) -> str:
+    return ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+
+
 def node_label(n: TreeNode) -> str:
+    """What tells a branch from its siblings: its name (a future's names its job, number and
+    action), then its status and length; a group says how many and how they ended."""
+    if n.is_group:
+        return f"{n.name} · {status_counts(n.statuses)}"
     star = "★ " if n.starred else ""
-    fork = "root" if n.parent_id is None else f"@{n.fork_index}"
-    return f"{star}{fork} · {n.origin} · {n.status} · {n.total_steps} steps"
+    if n.parent_id is None:
+        return f"{star}{n.name} · {n.total_steps} steps"
+    return f"{star}{n.name} · {n.status} · {n.total_steps} steps"
+
+
+def node_url(page: str, compare: str, n: TreeNode) -> str:
+    """A branch opens at its fork step; a group opens the outcomes of its fork."""
+    if n.is_group:
+        return f"{compare}?fork={n.parent_id}&at={n.fork_index}"
+    if n.parent_id is None:
+        return f"{page}?branch={n.pk}"
+    return f"{page}?branch={n.pk}&step={n.fork_index}"
 
 
 def build_tree_figure(
@@ -52,7 +75,8 @@ def build_tree_figure(
     nodes = layout_tree(nodes if nodes is not None else tree_nodes(trajectory))
     by_id = {n.pk: n for n in nodes}
     page = reverse("trajectory", args=[trajectory.pk])
-    urls = [f"{page}?branch={n.pk}" for n in nodes]
+    compare = reverse("branch_compare", args=[trajectory.pk])
+    urls = [node_url(page, compare, n) for n in nodes]
     many = compact or len(nodes) > LABEL_LIMIT
 
     seg_x: list[float | None] = []
@@ -71,11 +95,20 @@ def build_tree_figure(
     hover = [
         "<br>".join(
             [
+                f"<b>{plotly_text(n.name)}</b>",
+                f"fork step: {n.fork_index}",
+                f"statuses: {status_counts(n.statuses)}",
+                "click for their outcomes",
+            ]
+        )
+        if n.is_group
+        else "<br>".join(
+            [
                 f"<b>{plotly_text(n.name)}</b> (branch {n.pk})",
                 f"fork step: {n.fork_index if n.parent_id else 'root'}",
                 f"origin: {n.origin} · status: {n.status}",
                 f"steps: {n.total_steps} ({n.own_steps} own)",
-                "click to open",
+                "click to open at its fork step" if n.parent_id else "click to open",
             ]
         )
         for n in nodes
@@ -114,7 +147,9 @@ def build_tree_figure(
             "hovertext": hover,
             "hoverinfo": "text",
             "marker": {
-                "size": 9 if many else 12,
+                "size": [
+                    (16 if n.is_group else 9) if many else (18 if n.is_group else 12) for n in nodes
+                ],
                 "color": [STATUS_COLORS.get(n.status, "#495057") for n in nodes],
                 "symbol": [ORIGIN_SYMBOLS.get(n.origin, "circle") for n in nodes],
                 "line": {"color": "#fff", "width": 1},
@@ -148,7 +183,7 @@ def build_tree_figure(
                 "mode": "markers",
                 "x": [current.x],
                 "y": [current.y],
-                "customdata": [f"{page}?branch={current.pk}"],
+                "customdata": [node_url(page, compare, current)],
                 "hovertext": [f"current branch: {plotly_text(current.name)}"],
                 "hoverinfo": "text",
                 "marker": {
@@ -198,5 +233,10 @@ def build_tree_figure(
         "data": data,
         "layout": layout,
         "config": {"displaylogo": False, "responsive": True, "scrollZoom": False},
-        "meta": {"branches": len(nodes), "current": current.pk if current else None},
+        "meta": {
+            "branches": sum(len(n.members) or 1 for n in nodes),
+            "nodes": len(nodes),
+            "groups": sum(1 for n in nodes if n.is_group),
+            "current": current.pk if current else None,
+        },
     }

@@ -171,6 +171,15 @@ def render_action(domain: str, text: str, meta: dict | None = None) -> SafeStrin
     meta = meta or {}
     if not text.strip():
         return format_html('<div class="action action-empty muted">{}</div>', "(no action)")
+    fenced = _FENCED_RE.fullmatch(text.strip())
+    if fenced:
+        # A whole action in one fenced block (AgentWorldBench actions are written so): the
+        # action is the block's content; the text as written is one click away.
+        return format_html(
+            '<div class="action action-fenced">{}<details class="raw-action"><summary>raw action</summary><pre>{}</pre></details></div>',
+            _render_fenced(domain, fenced.group(1) or "", fenced.group(2), meta),
+            text,
+        )
     react = _REACT_RE.match(text)
     if react:
         # "Thought: ... / Action: ..." (ReAct, WebVoyager, AndroidWorld's "Reason:"): the
@@ -195,6 +204,42 @@ def render_action(domain: str, text: str, meta: dict | None = None) -> SafeStrin
     if looks_like_diff(text):
         return format_html('<div class="action">{}</div>', render_diff(text))
     return format_html('<pre class="action action-text">{}</pre>', ansi_to_html(text))
+
+
+_FENCED_RE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)\n?[ \t]*```", re.S)
+
+
+def _keystrokes(value: Any) -> list[str] | None:
+    """Terminal agents (Terminus) act with keystrokes: {"keystrokes": "ls\n", ...}, or
+    {"commands": [{"keystrokes": ...}, ...]}; None when the value is something else."""
+    if isinstance(value, dict) and isinstance(value.get("keystrokes"), str):
+        return [value["keystrokes"]]
+    items = value.get("commands") if isinstance(value, dict) else value
+    if isinstance(items, list) and items and all(isinstance(c, dict) for c in items):
+        keys = [c.get("keystrokes") for c in items]
+        if all(isinstance(k, str) for k in keys):
+            return [str(k) for k in keys]
+    return None
+
+
+def _render_fenced(domain: str, lang: str, inner: str, meta: dict) -> SafeString:
+    ok, value = try_parse_json(inner)
+    keys = _keystrokes(value) if ok else None
+    if keys is not None:
+        lines = [k[:-1] if k.endswith("\n") else k for k in keys]
+        return join(
+            format_html(
+                '<pre class="action action-cmd term"><span class="prompt">$ </span>{}</pre>',
+                ansi_to_html(line),
+            )
+            for line in lines
+        )
+    if lang.lower() in ("bash", "sh", "shell", "console", "zsh") and not ok:
+        return format_html(
+            '<pre class="action action-cmd term"><span class="prompt">$ </span>{}</pre>',
+            ansi_to_html(inner.rstrip("\n")),
+        )
+    return render_action(domain, inner, meta)
 
 
 def _render_call(name: str, args: Any) -> SafeString:

@@ -6,18 +6,23 @@ by `studio.presenters`."""
 
 from __future__ import annotations
 
-import difflib
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from django.db import transaction
 from django.db.models import Count, Max
 
 from studio.models import Branch, Step, Trajectory
 from studio.models.trajectories import BranchStatus
+from studio.services.diffs import (
+    DiffPieces,
+    MeaningDiff,
+    line_pieces,
+    meaning_diff,
+    meaning_similarity,
+    word_pieces,
+)
 
 ACTIVE_STATUSES = (BranchStatus.QUEUED, BranchStatus.RUNNING)
 
@@ -105,6 +110,13 @@ class TreeNode:
     depth: int = 0
     # (fork step, number of children) of this branch's forks with 2+ children (views fill it)
     fork_groups: list[tuple[int, int]] = field(default_factory=list)
+    # A collapsed group of sibling futures (`group_forks`): how many, their statuses, ids.
+    members: list[int] = field(default_factory=list)
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def is_group(self) -> bool:
+        return bool(self.members)
 
     @property
     def total_steps(self) -> int:
@@ -179,114 +191,77 @@ def tree_nodes(trajectory: Trajectory) -> list[TreeNode]:
     ]
 
 
-# ---- comparison -------------------------------------------------------------------------
-
-_WORD = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
-# Word diffs of huge observations are quadratic in the worst case: above this, diff lines.
-WORD_DIFF_LIMIT = 20_000
+# Siblings of one fork above this many are drawn as one collapsible group (the futures of a
+# job read as "26 futures @4", not 26 rows of look-alike labels).
+GROUP_AT = 8
 
 
-DiffOp = Literal["equal", "delete", "insert"]
-# A diff as plain data: (op, text) pieces; "equal" and "insert" text is from the new text,
-# "delete" text from the reference. A replaced run is a delete piece then an insert piece.
-DiffPieces = list[tuple[DiffOp, str]]
+def group_key(parent_id: int, fork_index: int) -> str:
+    return f"{parent_id}:{fork_index}"
 
 
-# Line diffs with more than this many lines between the common head and tail use difflib's
-# junk heuristic: without it, repetitive text (the same log line thousands of times) costs
-# quadratic time. Word diffs stay exact: above WORD_DIFF_LIMIT characters they become line
-# diffs instead.
-EXACT_DIFF_LINES = 4000
-
-
-def _common_ends(a: list[str], b: list[str]) -> tuple[int, int]:
-    """Lengths of the common head and tail of two token lists (not overlapping)."""
-    limit = min(len(a), len(b))
-    head = 0
-    while head < limit and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and a[-1 - tail] == b[-1 - tail]:
-        tail += 1
-    return head, tail
-
-
-def diff_pieces(a: list[str], b: list[str], *, lines: bool = False) -> DiffPieces:
-    """Token list `b` against `a` as (op, text) pieces. The common head and tail are equal
-    pieces at once; difflib compares what lies between."""
-    head, tail = _common_ends(a, b)
-    out: DiffPieces = []
-    if head:
-        out.append(("equal", "".join(b[:head])))
-    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
-    matcher = _matcher(a_mid, b_mid, lines=lines)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            out.append(("equal", "".join(b_mid[j1:j2])))
+def group_forks(
+    nodes: Sequence[TreeNode], *, expanded: set[str] | None = None, threshold: int = GROUP_AT
+) -> list[TreeNode]:
+    """The nodes with each large set of sibling leaves (same parent, same fork step, no
+    children of their own) replaced by one group node, unless its `group_key` is in
+    `expanded` (or `expanded` holds "all"). A group node has a negative pk, the parent and
+    fork step of its members, `members` and the count of each status."""
+    expanded = expanded or set()
+    if "all" in expanded:
+        return list(nodes)
+    has_children = {n.parent_id for n in nodes if n.parent_id is not None}
+    siblings: dict[tuple[int, int], list[TreeNode]] = defaultdict(list)
+    for n in nodes:
+        if n.parent_id is not None and n.pk not in has_children:
+            siblings[(n.parent_id, n.fork_index)].append(n)
+    grouped: set[int] = set()
+    groups: list[TreeNode] = []
+    for (parent_id, at), members in siblings.items():
+        if len(members) <= threshold or group_key(parent_id, at) in expanded:
             continue
-        if op in ("delete", "replace"):
-            out.append(("delete", "".join(a_mid[i1:i2])))
-        if op in ("insert", "replace"):
-            out.append(("insert", "".join(b_mid[j1:j2])))
-    if tail:
-        out.append(("equal", "".join(b[len(b) - tail :])))
-    # adjacent equal pieces (the head and a first equal run) read as one
-    merged: DiffPieces = []
-    for op, text in out:
-        if merged and merged[-1][0] == op == "equal":
-            merged[-1] = ("equal", merged[-1][1] + text)
-        elif text:
-            merged.append((op, text))
-    return merged
+        grouped.update(m.pk for m in members)
+        statuses: dict[str, int] = defaultdict(int)
+        for m in members:
+            statuses[m.status] += 1
+        jobs = sorted({m.job_id for m in members if m.job_id})
+        groups.append(
+            TreeNode(
+                pk=-(len(groups) + 1),
+                parent_id=parent_id,
+                fork_index=at,
+                own_steps=max(m.own_steps for m in members),
+                name=f"{len(members)} futures @{at}"
+                + (
+                    f" (job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, jobs))})"
+                    if jobs
+                    else ""
+                ),
+                origin="group",
+                status=max(statuses, key=lambda k: statuses[k]),
+                sample_index=min(m.sample_index for m in members),
+                members=[m.pk for m in members],
+                statuses=dict(statuses),
+            )
+        )
+    return [n for n in nodes if n.pk not in grouped] + groups
 
 
-def _matcher(a: list[str], b: list[str], *, lines: bool) -> difflib.SequenceMatcher:
-    junk = lines and len(a) + len(b) > EXACT_DIFF_LINES
-    return difflib.SequenceMatcher(None, a, b, autojunk=junk)
-
-
-def word_pieces(reference: str, text: str) -> DiffPieces:
-    """`text` against `reference`, word by word (lines above WORD_DIFF_LIMIT characters)."""
-    if len(reference) + len(text) > WORD_DIFF_LIMIT:
-        return line_pieces(reference, text)
-    return diff_pieces(_WORD.findall(reference), _WORD.findall(text))
-
-
-def line_pieces(reference: str, text: str) -> DiffPieces:
-    """`text` against `reference`, line by line (line ends kept in the pieces)."""
-    return diff_pieces(
-        reference.splitlines(keepends=True), text.splitlines(keepends=True), lines=True
-    )
-
-
-def similarity(reference: str, text: str) -> float:
-    if reference == text:
-        return 1.0
-    lines = len(reference) + len(text) > WORD_DIFF_LIMIT
-    if lines:
-        a, b = reference.splitlines(), text.splitlines()
-    else:
-        a, b = _WORD.findall(reference), _WORD.findall(text)
-    if not a and not b:
-        return 1.0
-    head, tail = _common_ends(a, b)
-    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
-    matcher = _matcher(a_mid, b_mid, lines=lines)
-    matched = head + tail + sum(block.size for block in matcher.get_matching_blocks())
-    return 2.0 * matched / (len(a) + len(b))
+# ---- comparison -------------------------------------------------------------------------
 
 
 @dataclass
 class CompareCell:
     branch: Branch
     step: Step | None
-    # Diff pieces against the reference step (None: nothing to diff; no action diff when the
-    # actions are equal). `studio.presenters.diff` renders them.
-    action_diff: DiffPieces | None = None
-    observation_diff: DiffPieces | None = None
+    # The diff against the reference step: a MeaningDiff (the default: JSON structure,
+    # normalised text) or raw pieces (None: nothing to diff; no action diff when the actions
+    # mean the same). `studio.presenters.diff` renders them.
+    action_diff: MeaningDiff | DiffPieces | None = None
+    observation_diff: MeaningDiff | DiffPieces | None = None
     reference: str = ""  # "recorded", a branch name, or "" (this cell is the reference)
-    same: bool = False
-    ratio: float | None = None
+    same: bool = False  # action and observation mean what the reference's do
+    ratio: float | None = None  # similarity of the observations, formatting ignored
 
 
 @dataclass
@@ -337,14 +312,15 @@ def build_comparison(
     trajectory: Trajectory,
     branches: list[Branch],
     *,
-    diff: str = "words",
+    diff: str = "meaning",
     start: int | None = None,
     limit: int = COMPARE_ROWS,
 ) -> Comparison:
     """Branches step-aligned by index, `limit` rows from `start` (default: the first step
     that is not shared by all). Each observation is diffed against the recorded one where the
-    recorded branch has that step, else against the first selected branch that has it."""
-    differ = line_pieces if diff == "lines" else word_pieces
+    recorded branch has that step, else against the first selected branch that has it.
+    `diff`: "meaning" (JSON structure, normalised text), or raw "words" or "lines"."""
+    differ = {"lines": line_pieces, "words": word_pieces}.get(diff, meaning_diff)
     recorded = Branch.objects.get(trajectory=trajectory, parent__isnull=True)
     lineages = [b.lineage or b.compute_lineage() for b in branches]
     shared = shared_prefix_length(lineages)
@@ -386,13 +362,21 @@ def build_comparison(
             cell = CompareCell(branch=b, step=step)
             if step is not None and ref_step is not None and ref_step.pk != step.pk:
                 cell.reference = ref_label
-                cell.same = (
-                    step.observation == ref_step.observation and step.action == ref_step.action
+                observation = meaning_diff(ref_step.observation, step.observation)
+                action = meaning_diff(ref_step.action, step.action)
+                cell.same = observation.same and action.same
+                cell.ratio = meaning_similarity(ref_step.observation, step.observation)
+                cell.observation_diff = (
+                    observation
+                    if differ is meaning_diff
+                    else differ(ref_step.observation, step.observation)
                 )
-                cell.ratio = similarity(ref_step.observation, step.observation)
-                cell.observation_diff = differ(ref_step.observation, step.observation)
-                if step.action != ref_step.action:
-                    cell.action_diff = differ(ref_step.action, step.action)
+                if not action.same or (
+                    differ is not meaning_diff and step.action != ref_step.action
+                ):
+                    cell.action_diff = (
+                        action if differ is meaning_diff else differ(ref_step.action, step.action)
+                    )
             cells.append(cell)
         comparison.rows.append(
             CompareRow(index=index, cells=cells, has_recorded=index in recorded_steps)

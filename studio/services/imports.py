@@ -60,13 +60,19 @@ def source_key(parsed: ParsedTrajectory) -> str:
         "tools": parsed.tools,
         "metadata": parsed.metadata,
         "tags": sorted(parsed.tags),
-        "steps": [
-            [s.action, s.observation, s.state, s.thinking, s.raw_prompt, s.meta]
-            for s in parsed.steps
-        ],
+        "steps": [_step_key(s) for s in parsed.steps],
     }
+    if parsed.branches:  # only then: the keys of trajectories without any stay as they were
+        canonical["branches"] = [
+            [b.parent, b.fork_index, b.name, [_step_key(s) for s in b.steps]]
+            for b in parsed.branches
+        ]
     text = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _step_key(s: ParsedStep) -> list:
+    return [s.action, s.observation, s.state, s.thinking, s.raw_prompt, s.meta]
 
 
 def _storable(value):
@@ -83,11 +89,17 @@ def _storable(value):
 
 
 def _make_storable(item: ParsedTrajectory) -> None:
-    objects: list[ParsedTrajectory | ParsedStep] = [item, *item.steps]
+    objects: list[ParsedTrajectory | ParsedStep] = [
+        item,
+        *item.steps,
+        *(s for b in item.branches for s in b.steps),
+    ]
     for obj in objects:
         for f in dataclasses.fields(obj):
-            if f.name != "steps":
+            if f.name not in ("steps", "branches"):
                 setattr(obj, f.name, _storable(getattr(obj, f.name)))
+    for b in item.branches:
+        b.name = _storable(b.name)
 
 
 def _scaled(progress: Callable[[float], None] | None, start: float, span: float):
@@ -213,15 +225,18 @@ def _write(project, parsed: list[ParsedTrajectory], fmt: str, name: str, user, p
     for branch in branches:
         branch.lineage = [[branch.pk, 0]]
     _write_tags(project, trajectories, [item for _key, item in new])
-    total = sum(len(item.steps) for _key, item in new)
+    owned = [(branch, 0, item.steps) for branch, (_key, item) in zip(branches, new, strict=True)]
+    for trajectory, root, (_key, item) in zip(trajectories, branches, new, strict=True):
+        owned += _write_alternatives(trajectory, root, item, user)
+    total = sum(len(steps) for _b, _start, steps in owned)
     written = 0
     batch: list[Step] = []
-    for branch, (_key, item) in zip(branches, new, strict=True):
-        for index, s in enumerate(item.steps):
+    for branch, start, steps in owned:
+        for offset, s in enumerate(steps):
             batch.append(
                 Step(
                     branch=branch,
-                    index=index,
+                    index=start + offset,
                     action=s.action,
                     observation=s.observation,
                     state=s.state,
@@ -235,6 +250,29 @@ def _write(project, parsed: list[ParsedTrajectory], fmt: str, name: str, user, p
                 written += _flush(batch, total, written, progress)
     written += _flush(batch, total, written, progress)
     return len(new), written, skipped
+
+
+def _write_alternatives(trajectory: Trajectory, root: Branch, item: ParsedTrajectory, user):
+    """The recorded alternatives as child branches (parents before children), each with the
+    steps it owns: [(branch, first index, steps)]."""
+    made = [root]
+    owned = []
+    for alt in item.branches:
+        parent = made[alt.parent]
+        branch = Branch.objects.create(
+            trajectory=trajectory,
+            parent=parent,
+            fork_index=alt.fork_index,
+            lineage=[*parent.lineage],
+            name=alt.name[:200],
+            origin=BranchOrigin.RECORDED,
+            created_by=user,
+        )
+        branch.lineage = [*parent.lineage, [branch.pk, alt.fork_index]]
+        Branch.objects.filter(pk=branch.pk).update(lineage=branch.lineage)
+        made.append(branch)
+        owned.append((branch, alt.fork_index, alt.steps))
+    return owned
 
 
 def _flush(batch: list[Step], total: int, written: int, progress) -> int:

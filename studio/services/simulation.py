@@ -7,6 +7,7 @@ module only supplies what the studio knows: the configured defaults and the bran
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,7 +95,7 @@ def start_simulation(
                 parent=branch,
                 fork_index=request.fork_index,
                 lineage=[*(branch.lineage or branch.compute_lineage())],
-                name=f"sim #{i + 1} · step {request.fork_index}",
+                name=future_name(job.pk, i, request.fork_index, request.action),
                 origin=origin,
                 status=BranchStatus.QUEUED,
                 job=job,
@@ -109,6 +110,36 @@ def start_simulation(
             child.lineage = [*child.lineage, [child.pk, request.fork_index]]
         Branch.objects.bulk_update(children, ["lineage"])
     return job
+
+
+SHORT_ACTION_CHARS = 40
+
+
+def short_action(action: str) -> str:
+    """An action in a few words, for names and labels: a JSON tool call as its name (or the
+    compact JSON), text as its first line, whitespace collapsed."""
+    from studio.services.diffs import json_value
+
+    is_json, value = json_value(action)
+    if is_json and isinstance(value, dict):
+        for key in ("name", "action_type", "tool", "action"):
+            if isinstance(value.get(key), str):
+                rest = {k: v for k, v in value.items() if k != key}
+                text = value[key] + ("(…)" if rest else "")
+                break
+        else:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    else:
+        lines = [line for line in action.strip().splitlines() if line.strip()]
+        text = " ".join(lines[0].split()) if lines else ""
+    return text if len(text) <= SHORT_ACTION_CHARS else text[: SHORT_ACTION_CHARS - 1] + "…"
+
+
+def future_name(job_id: int, sample: int, fork_index: int, action: str) -> str:
+    """A future's default name: its job, its number and the action at the fork, so sibling
+    branches read apart ("job 12 #3 @4 · ls -la")."""
+    short = short_action(action)
+    return f"job {job_id} #{sample + 1} @{fork_index}" + (f" · {short}" if short else "")
 
 
 def request_input_of(job: SimulationJob) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from studio.presenters.diff import diff_html as render_diff_pieces
+from studio.presenters.diff import any_diff_html as render_any_diff
 from studio.rendering import render_action, render_observation
 
 register = template.Library()
@@ -42,10 +42,11 @@ def action_html(domain: str, text: str, meta=None) -> SafeString:
 
 
 @register.filter
-def diff_html(pieces) -> SafeString:
-    """Diff pieces of a compare cell (`cell.observation_diff`, `cell.action_diff`) as HTML:
-    <del>/<ins> markup, every piece of user text escaped. `{{ cell.observation_diff|diff_html }}`"""
-    return render_diff_pieces(pieces)
+def diff_html(diff, limit=None) -> SafeString:
+    """A compare cell's diff (`cell.observation_diff`, `cell.action_diff`) as HTML: JSON
+    changes by path, or <del>/<ins> word or line pieces, every piece of user text escaped.
+    `{{ diff|diff_html:8 }}` lists at most 8 JSON changes."""
+    return render_any_diff(diff, int(limit) if limit is not None else None)
 
 
 @register.filter

@@ -15,6 +15,7 @@ from studio.access import get_branch_for_user, get_trajectory_for_user
 from studio.forms.branching import CompareForm, RenameBranchForm
 from studio.http import HtmxHttpRequest
 from studio.models import Branch, Step
+from studio.presenters.futures import outcome_figure
 from studio.presenters.tree import LABEL_LIMIT, build_tree_figure
 from studio.services.branches import (
     BranchError,
@@ -23,9 +24,12 @@ from studio.services.branches import (
     do_delete_branch,
     do_rename_branch,
     do_toggle_star,
+    group_forks,
+    group_key,
     layout_tree,
     tree_nodes,
 )
+from studio.services.futures import default_columns, summarise_fork
 
 
 def _int_or_none(value: str | None) -> int | None:
@@ -63,21 +67,38 @@ def _with_start(request: HtmxHttpRequest, start: int) -> str:
     return f"{request.path}?{query.urlencode()}"
 
 
+def _with_expand(request: HtmxHttpRequest) -> str:
+    """This page's URL, for links that open one more group (`&expand=<parent>:<step>`)."""
+    query = request.GET.copy()
+    query.pop("expand", None)
+    kept = "".join(f"&expand={key}" for key in request.GET.getlist("expand"))
+    assert request.resolver_match is not None
+    tree = reverse("branch_tree", args=[request.resolver_match.kwargs["trajectory_id"]])
+    return f"{tree}?{query.urlencode()}{kept}"
+
+
 def branch_tree(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
     """The Plotly tree of all branches plus a branch list to pick branches to compare. A
     fragment for the trajectory page (htmx) and a page of its own otherwise."""
     trajectory, membership = get_trajectory_for_user(request, trajectory_id)
     current_id = _current_branch_id(request)
-    nodes = layout_tree(tree_nodes(trajectory))
+    every = tree_nodes(trajectory)
     standalone = not request.htmx
     if current_id is None and not standalone:
         # The trajectory page without `?branch=` shows the recorded branch: that is current.
-        current_id = next((n.pk for n in nodes if n.parent_id is None), None)
+        current_id = next((n.pk for n in every if n.parent_id is None), None)
+    # Large sets of sibling futures collapse into one node; "expand" opens them, and the
+    # current branch's own set is always open.
+    expanded = set(request.GET.getlist("expand"))
+    current = next((n for n in every if n.pk == current_id), None)
+    if current is not None and current.parent_id is not None:
+        expanded.add(group_key(current.parent_id, current.fork_index))
+    nodes = layout_tree(group_forks(every, expanded=expanded))
     figure = build_tree_figure(trajectory, current_id, nodes=nodes, compact=not standalone)
     by_row = sorted(nodes, key=lambda n: n.y)
     # "Compare all children of one fork" links: children grouped by parent and fork step.
     groups: dict[int, dict[int, int]] = {}
-    for n in nodes:
+    for n in every:
         if n.parent_id is not None:
             at = groups.setdefault(n.parent_id, {})
             at[n.fork_index] = at.get(n.fork_index, 0) + 1
@@ -94,6 +115,8 @@ def branch_tree(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
         "nodes": by_row,
         "current_id": current_id,
         "collapsed": len(by_row) > LABEL_LIMIT,
+        "n_branches": len(every),
+        "expand_url": _with_expand(request),
         "here": here,
         "can_edit": membership.can_edit,
         "standalone": standalone,
@@ -109,11 +132,18 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
     form = CompareForm(request.GET if asked else None, branches=branches)
     comparison = None
     page_urls: dict[str, str] = {}
-    diff = "words"
+    diff = "meaning"
+    summary = None
+    summary_figure = None
     if asked and form.is_valid():
-        diff = form.cleaned_data.get("diff") or "words"
+        diff = form.cleaned_data.get("diff") or "meaning"
+        selected: list[Branch] = form.cleaned_data.get("selected") or []
+        if form.cleaned_data.get("fork_parent") is not None:
+            summary = summarise_fork(form.cleaned_data["fork_parent"], form.cleaned_data["at"])
+            selected = form.cleaned_data["chosen"] or default_columns(summary)
+            summary_figure = outcome_figure(summary)
         comparison = build_comparison(
-            trajectory, form.cleaned_data["selected"], diff=diff, start=form.cleaned_data["start"]
+            trajectory, selected, diff=diff, start=form.cleaned_data["start"]
         )
         page_urls = {
             key: _with_start(request, value)
@@ -135,6 +165,18 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
             "branches": branches,
             "selected_ids": [b.pk for b in comparison.branches] if comparison else [],
             "diff": diff,
+            "summary": summary,
+            "summary_apart": (
+                [
+                    ("malformed", summary.malformed),
+                    ("failed", summary.failed),
+                    ("unfinished", summary.unfinished),
+                ]
+                if summary
+                else []
+            ),
+            "summary_figure": summary_figure,
+            "max_columns": CompareForm.MAX_BRANCHES,
             **page_urls,
         },
         status=400 if asked and comparison is None else 200,

@@ -132,8 +132,10 @@ def _job_context(job: SimulationJob, membership) -> dict:
                 "progress": (job.live or {}).get(str(b.sample_index), {}),
             }
         )
-    # The worker settles every branch before it marks the job finished, so the job's status
-    # alone says when to stop polling (a stray branch row never keeps the page polling).
+    # The job row is read after its branches: a worker starts the branches with the job and
+    # settles them with it (one transaction each), so the page never shows branches further
+    # along than their job (running under a queued job, finished under a running one).
+    job.refresh_from_db()
     done = job.is_finished
     counts: dict[str, int] = {}
     for b in branches:

@@ -64,6 +64,7 @@ class FakeOpenAIServer(str):
         obj.lock = threading.Lock()
         obj.release = threading.Event()
         obj.holds = {}  # chunk number -> Event a stream waits for there
+        obj.chunk_delay_s = 0.0  # seconds before each streamed chunk (a slow model)
         return obj
 
     @property
@@ -197,8 +198,8 @@ def _make_handler(
                         if hold is not None:
                             hold.wait(timeout=300)
                         sent += 1
-                        if chunk_delay_s:
-                            time.sleep(chunk_delay_s)
+                        if state.chunk_delay_s:
+                            time.sleep(state.chunk_delay_s)
                         send(
                             {
                                 **base,
@@ -257,6 +258,7 @@ def fake_openai_server(
     )
     if hold_after_chunks is not None:
         state.holds = {hold_after_chunks: state.release}
+    state.chunk_delay_s = chunk_delay_s
     thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
     thread.start()
     try:

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from studio.models import Branch, JobStatus, SimulationJob, Step, Trajectory
-from tests.support.worker import running_worker, wait_for
+from tests.support.worker import wait_for
 
 AWB_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "awb"
 
@@ -83,13 +81,6 @@ def wait_job(job: SimulationJob | object, timeout: float = 90.0):
 
 def read_awb_rows(name: str) -> list[dict]:
     return [json.loads(line) for line in (AWB_DIR / name).read_text().splitlines() if line]
-
-
-@pytest.fixture(scope="module")
-def default_worker(django_db_setup, django_db_blocker):
-    """One real worker on the default queue for the whole module (they start slowly)."""
-    with running_worker(("default",)) as proc:
-        yield proc
 
 
 def drain_jobs(timeout: float = 60.0) -> None:

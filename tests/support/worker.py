@@ -91,16 +91,10 @@ def running_worker(
         _wait_ready(proc, log_path)
         yield proc
     finally:
-        if proc.poll() is None:
-            # TERM to the main process only: its warm shutdown lets the pool finish the task
-            # at hand and acknowledge it (a TERM to the whole group kills the pool mid-task).
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        # Killed outright: a test's jobs are drained before its worker goes (tests/conftest),
+        # and a warm shutdown costs seconds a worker; nothing of this run's queues is kept.
         _kill_group(proc.pid)
+        proc.wait()
         log.close()
 
 

@@ -1,0 +1,251 @@
+"""Diffs as plain data, for the compare view and the summary of futures.
+
+- Raw diffs: (op, text) pieces of a word or line diff of the texts as they are.
+- Diffs of meaning (`meaning_diff`): two JSON values are compared structurally (keys added,
+  removed, values changed, each with its path), so re-indenting or reordering keys is no
+  change; other text is compared after normalising whitespace (line endings, trailing spaces,
+  runs of blanks), so only words that changed show.
+- `meaning_similarity`: 0..1, the same way (formatting never lowers it).
+
+Nothing here builds HTML: `studio.presenters.diff` renders these."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+_WORD = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
+# Word diffs of huge observations are quadratic in the worst case: above this, diff lines.
+WORD_DIFF_LIMIT = 20_000
+
+
+DiffOp = Literal["equal", "delete", "insert"]
+# A diff as plain data: (op, text) pieces; "equal" and "insert" text is from the new text,
+# "delete" text from the reference. A replaced run is a delete piece then an insert piece.
+DiffPieces = list[tuple[DiffOp, str]]
+
+
+# Line diffs with more than this many lines between the common head and tail use difflib's
+# junk heuristic: without it, repetitive text (the same log line thousands of times) costs
+# quadratic time. Word diffs stay exact: above WORD_DIFF_LIMIT characters they become line
+# diffs instead.
+EXACT_DIFF_LINES = 4000
+
+
+def _common_ends(a: list[str], b: list[str]) -> tuple[int, int]:
+    """Lengths of the common head and tail of two token lists (not overlapping)."""
+    limit = min(len(a), len(b))
+    head = 0
+    while head < limit and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    return head, tail
+
+
+def diff_pieces(a: list[str], b: list[str], *, lines: bool = False) -> DiffPieces:
+    """Token list `b` against `a` as (op, text) pieces. The common head and tail are equal
+    pieces at once; difflib compares what lies between."""
+    head, tail = _common_ends(a, b)
+    out: DiffPieces = []
+    if head:
+        out.append(("equal", "".join(b[:head])))
+    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
+    matcher = _matcher(a_mid, b_mid, lines=lines)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            out.append(("equal", "".join(b_mid[j1:j2])))
+            continue
+        if op in ("delete", "replace"):
+            out.append(("delete", "".join(a_mid[i1:i2])))
+        if op in ("insert", "replace"):
+            out.append(("insert", "".join(b_mid[j1:j2])))
+    if tail:
+        out.append(("equal", "".join(b[len(b) - tail :])))
+    # adjacent equal pieces (the head and a first equal run) read as one
+    merged: DiffPieces = []
+    for op, text in out:
+        if merged and merged[-1][0] == op == "equal":
+            merged[-1] = ("equal", merged[-1][1] + text)
+        elif text:
+            merged.append((op, text))
+    return merged
+
+
+def _matcher(a: list[str], b: list[str], *, lines: bool) -> difflib.SequenceMatcher:
+    junk = lines and len(a) + len(b) > EXACT_DIFF_LINES
+    return difflib.SequenceMatcher(None, a, b, autojunk=junk)
+
+
+def word_pieces(reference: str, text: str) -> DiffPieces:
+    """`text` against `reference`, word by word (lines above WORD_DIFF_LIMIT characters)."""
+    if len(reference) + len(text) > WORD_DIFF_LIMIT:
+        return line_pieces(reference, text)
+    return diff_pieces(_WORD.findall(reference), _WORD.findall(text))
+
+
+def line_pieces(reference: str, text: str) -> DiffPieces:
+    """`text` against `reference`, line by line (line ends kept in the pieces)."""
+    return diff_pieces(
+        reference.splitlines(keepends=True), text.splitlines(keepends=True), lines=True
+    )
+
+
+def similarity(reference: str, text: str) -> float:
+    if reference == text:
+        return 1.0
+    lines = len(reference) + len(text) > WORD_DIFF_LIMIT
+    if lines:
+        a, b = reference.splitlines(), text.splitlines()
+    else:
+        a, b = _WORD.findall(reference), _WORD.findall(text)
+    if not a and not b:
+        return 1.0
+    head, tail = _common_ends(a, b)
+    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
+    matcher = _matcher(a_mid, b_mid, lines=lines)
+    matched = head + tail + sum(block.size for block in matcher.get_matching_blocks())
+    return 2.0 * matched / (len(a) + len(b))
+
+
+# ---- meaning: JSON structure, normalised text ------------------------------------------
+
+_BLANKS = re.compile(r"[ \t\f\v]+")
+# Values longer than this are cut in change lists (the raw diff shows them whole).
+VALUE_CHARS = 300
+
+
+def normalise_text(text: str) -> str:
+    """Whitespace that carries no meaning removed: line endings as \n, runs of blanks as
+    one space, no blanks at line ends, no blank lines at the ends."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(_BLANKS.sub(" ", line).strip() for line in lines).strip("\n")
+
+
+def json_value(text: str) -> tuple[bool, Any]:
+    """(True, value) when the text is a JSON object or array, else (False, None)."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "{[":
+        return False, None
+    try:
+        return True, json.loads(stripped)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _shown(value: Any) -> str:
+    text = _canonical(value)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
+
+
+ChangeOp = Literal["added", "removed", "changed"]
+
+
+@dataclass(frozen=True)
+class JsonChange:
+    path: str  # $, $.key, $.list[2], $["odd key"]
+    op: ChangeOp
+    old: str = ""  # compact JSON of the value before (removed, changed)
+    new: str = ""  # and after (added, changed)
+
+
+def _key_path(path: str, key: str) -> str:
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def _same_scalar(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b  # 1 and 1.0 are the same JSON number
+    return type(a) is type(b) and a == b
+
+
+def json_changes(a: Any, b: Any, path: str = "$") -> list[JsonChange]:
+    """What changed from JSON value `a` to `b`, key by key; list items are aligned by their
+    content (an item inserted at the top is one addition, not a change of every item)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[JsonChange] = []
+        for key in a:
+            if key not in b:
+                out.append(JsonChange(_key_path(path, key), "removed", old=_shown(a[key])))
+        for key in b:
+            if key not in a:
+                out.append(JsonChange(_key_path(path, key), "added", new=_shown(b[key])))
+            else:
+                out += json_changes(a[key], b[key], _key_path(path, key))
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        out = []
+        ka, kb = [_canonical(x) for x in a], [_canonical(x) for x in b]
+        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(
+            None, ka, kb, autojunk=False
+        ).get_opcodes():
+            if op == "equal":
+                continue
+            pairs = min(i2 - i1, j2 - j1) if op == "replace" else 0
+            for k in range(pairs):
+                out += json_changes(a[i1 + k], b[j1 + k], f"{path}[{j1 + k}]")
+            for i in range(i1 + pairs, i2):
+                out.append(JsonChange(f"{path}[{i}]", "removed", old=_shown(a[i])))
+            for j in range(j1 + pairs, j2):
+                out.append(JsonChange(f"{path}[{j}]", "added", new=_shown(b[j])))
+        return out
+    if _same_scalar(a, b):
+        return []
+    return [JsonChange(path, "changed", old=_shown(a), new=_shown(b))]
+
+
+@dataclass
+class MeaningDiff:
+    """A cell's diff against its reference: `kind` "json" (structural `changes`) or "text"
+    (word `pieces` of the normalised texts); `same` when the meaning is equal (the texts may
+    still differ in formatting: `formatting_only`)."""
+
+    kind: Literal["json", "text"]
+    same: bool
+    formatting_only: bool = False
+    changes: list[JsonChange] = field(default_factory=list)
+    pieces: DiffPieces = field(default_factory=list)
+
+
+def meaning_diff(reference: str, text: str) -> MeaningDiff:
+    a_json, a_value = json_value(reference)
+    b_json, b_value = json_value(text)
+    if a_json and b_json:
+        changes = json_changes(a_value, b_value)
+        return MeaningDiff(
+            kind="json",
+            same=not changes,
+            formatting_only=not changes and reference != text,
+            changes=changes,
+        )
+    a, b = normalise_text(reference), normalise_text(text)
+    if a == b:
+        return MeaningDiff(kind="text", same=True, formatting_only=reference != text)
+    return MeaningDiff(kind="text", same=False, pieces=word_pieces(a, b))
+
+
+def meaning_similarity(reference: str, text: str) -> float:
+    """0..1, formatting ignored: canonical JSON for two JSON values, else normalised text."""
+    a_json, a_value = json_value(reference)
+    b_json, b_value = json_value(text)
+    if a_json and b_json:
+        return similarity(_canonical(a_value), _canonical(b_value))
+    return similarity(normalise_text(reference), normalise_text(text))
+
+
+def meaning_key(text: str) -> str:
+    """Equal for texts of the same meaning (the exact clusters of futures)."""
+    is_json, value = json_value(text)
+    return "json:" + _canonical(value) if is_json else "text:" + normalise_text(text)

@@ -1,0 +1,78 @@
+"""Diffs of meaning: JSON compared by structure, text without formatting; the raw diffs stay
+one switch away."""
+
+from __future__ import annotations
+
+import json
+
+from django.urls import reverse
+
+from studio.presenters.diff import meaning_html
+from studio.services.diffs import (
+    JsonChange,
+    json_changes,
+    meaning_diff,
+    meaning_key,
+    meaning_similarity,
+    normalise_text,
+)
+from tests.support.branching import MCP_STEPS, make_child, make_trajectory
+
+
+def test_json_changes_name_paths_and_align_list_items():
+    a = {"city": "Lyon", "temp_c": 14, "tags": ["a", "b"], "n": 1, "ok": True, "x y": 1}
+    b = {"city": "Lyon", "temp_c": 15, "tags": ["z", "a", "b"], "n": 1.0, "ok": 1, "sky": None}
+    assert json_changes(a, b) == [
+        JsonChange('$["x y"]', "removed", old="1"),
+        JsonChange("$.temp_c", "changed", old="14", new="15"),
+        JsonChange("$.tags[0]", "added", new='"z"'),  # one insertion, not three changes
+        JsonChange("$.ok", "changed", old="true", new="1"),  # true is not the number 1
+        JsonChange("$.sky", "added", new="null"),
+    ]
+    assert json_changes([{"id": 1, "v": "a"}], [{"id": 1, "v": "b"}]) == [
+        JsonChange("$[0].v", "changed", old='"a"', new='"b"')
+    ]
+
+
+def test_reformatting_is_no_change_and_real_changes_show():
+    compact = '{"name":"get_weather","arguments":{"city":"Lyon"}}'
+    pretty = json.dumps(json.loads(compact), indent=2)
+    same = meaning_diff(compact, pretty)
+    assert same.kind == "json" and same.same and same.formatting_only
+    assert "only formatting differs" in str(meaning_html(same))
+    assert meaning_similarity(compact, pretty) == 1.0
+    assert meaning_key(compact) == meaning_key(pretty)
+    changed = meaning_diff(compact, pretty.replace("Lyon", "Paris"))
+    assert not changed.same
+    html = str(meaning_html(changed))
+    assert (
+        "<code>$.arguments.city</code> changed <del>&quot;Lyon&quot;</del> → <ins>&quot;Paris"
+        in html
+    )
+
+    text = meaning_diff("total 8\r\ndrwx  2 root\n\n", "total 8\ndrwx 2 root   ")
+    assert text.kind == "text" and text.same and text.formatting_only
+    assert normalise_text(" a \t b \r\n c  ") == "a b\nc"
+    words = meaning_diff("3 passed  in 0.12s", "3 failed in 0.12s")
+    assert ("delete", "passed") in words.pieces and ("insert", "failed") in words.pieces
+    assert all("  " not in t for _, t in words.pieces)  # whitespace noise gone
+
+
+def test_user_text_is_escaped_in_change_lists():
+    diff = meaning_diff('{"a": "<b>x</b>"}', '{"a": "<script>alert(1)</script>"}')
+    html = str(meaning_html(diff))
+    assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_compare_shows_meaning_by_default_and_raw_text_on_request(researcher_client, project):
+    t, root = make_trajectory(project, domain="mcp", steps=MCP_STEPS, key="mcp-diff")
+    recorded = MCP_STEPS[1][1]  # {"time": "10:02"}
+    reformatted = make_child(root, 1, [json.dumps(json.loads(recorded), indent=4)], name="R")
+    changed = make_child(root, 1, ['{"time": "10:03"}'], name="C")
+    url = reverse("branch_compare", args=[t.pk]) + f"?b={reformatted.pk}&b={changed.pk}"
+    html = researcher_client.get(url).content.decode()
+    row = html.split('id="compare-step-1"')[1]
+    assert "Same value; only formatting differs." in row and "same meaning" in row
+    assert "<code>$.time</code> changed <del>&quot;10:02&quot;</del>" in row
+    raw = researcher_client.get(url + "&diff=lines").content.decode()
+    assert "only formatting differs" not in raw and "<del>" in raw.split('id="compare-step-1"')[1]
