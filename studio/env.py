@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -52,6 +53,25 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def env_key_bindings(name: str) -> list[tuple[str, str]]:
+    """`NAME=URL,NAME=URL`: environment variables holding API keys, each with the base URL
+    (a prefix) it may be sent to. Malformed entries fail at start-up, naming the entry."""
+    out: list[tuple[str, str]] = []
+    for entry in env_list(name, []):
+        var, sep, url = (part.strip() for part in entry.partition("="))
+        if not sep or not _ENV_NAME.match(var):
+            raise ConfigError(
+                f"{name}: {entry!r} is not NAME=URL (NAME an environment variable name)"
+            )
+        if not url.startswith(("http://", "https://")) or not urlparse(url).netloc:
+            raise ConfigError(f"{name}: {entry!r}: the URL must be http(s)://host[:port][/path]")
+        out.append((var, url.rstrip("/")))
+    return out
 
 
 def parse_database_url(url: str) -> dict:

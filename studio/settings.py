@@ -11,6 +11,7 @@ from studio.env import (
     choose_broker,
     env_bool,
     env_int,
+    env_key_bindings,
     env_list,
     env_str,
     parse_database_url,
@@ -187,6 +188,11 @@ WORLD_MODEL_CONCURRENCY = env_int("WORLD_MODEL_CONCURRENCY", 8, minimum=1)
 AGENT_MODEL_BASE_URL = env_str("AGENT_MODEL_BASE_URL", "") or WORLD_MODEL_BASE_URL
 AGENT_MODEL_NAME = env_str("AGENT_MODEL_NAME", "") or WORLD_MODEL_NAME
 AGENT_MODEL_API_KEY = env_str("AGENT_MODEL_API_KEY", "") or WORLD_MODEL_API_KEY
+# Environment variables an endpoint may name as its API key, each bound to the base URL it
+# may be sent to (WORLD_MODEL_API_KEY and AGENT_MODEL_API_KEY are bound to their own base
+# URLs without being listed): a project member cannot point an endpoint at a server of
+# theirs and have a worker send it the operator's key.
+STUDIO_ENDPOINT_KEY_ENVS = env_key_bindings("STUDIO_ENDPOINT_KEY_ENVS")
 
 LOGGING = {
     "version": 1,

@@ -1,4 +1,5 @@
-"""Test settings: the studio's settings with a fast password hasher.
+"""Test settings: the studio's settings with a fast password hasher and no model from the
+developer's environment.
 
 Users are created in most fixtures; the production hasher (PBKDF2, ~0.7 s a user here) made
 password hashing most of the suite's time. Everything else is the real configuration, read
@@ -7,6 +8,21 @@ from the environment as in production (DEBUG defaults to on so no SECRET_KEY is 
 import os
 
 os.environ.setdefault("DEBUG", "1")
+# The models a project is seeded with come from these: a developer's own configuration must
+# not change what the tests see (removed here, so worker processes started by the tests do
+# not see them either; tests that need them set them).
+for _name in (
+    "WORLD_MODEL_BACKEND",
+    "WORLD_MODEL_BASE_URL",
+    "WORLD_MODEL_NAME",
+    "WORLD_MODEL_PATH",
+    "WORLD_MODEL_API_KEY",
+    "AGENT_MODEL_BASE_URL",
+    "AGENT_MODEL_NAME",
+    "AGENT_MODEL_API_KEY",
+    "STUDIO_ENDPOINT_KEY_ENVS",
+):
+    os.environ.pop(_name, None)
 
 from studio.settings import *  # noqa: E402,F403
 

@@ -334,7 +334,8 @@ def test_compare_diffs_against_recorded_then_first(researcher_client, traj):
     assert 'id="compare-step-1"' not in html and 'id="compare-step-2"' in html
     # step 2: recorded is "3 passed in 0.12s"
     assert "3 passed<del> in 0.12s</del>" in html
-    assert "<del>3</del><ins>1</ins> <del>passed in 0.12s</del><ins>failed</ins>" in html
+    # nearly nothing in common: one replacement, not word confetti
+    assert "<del>3 passed in 0.12s</del><ins>1 failed</ins>" in html
     # step 5 exists in no recorded step: B is diffed against A (the first column)
     row5 = html.split('id="compare-step-5"')[1]
     assert "vs A" in row5 and "<del>extra &lt;x&gt;</del><ins>other</ins>" in row5
@@ -348,7 +349,7 @@ def test_compare_diffs_against_recorded_then_first(researcher_client, traj):
 
 def test_compare_of_a_fork_summarises_outcomes_with_at_most_six_columns(researcher_client, traj):
     t, root = traj
-    observations = ["3 passed in 0.12s"] * 5 + ["3  passed in 0.12s\r\n"] * 2  # same meaning
+    observations = ["3 passed in 0.12s"] * 5 + ["3 passed in 0.12s  \r\n"] * 2  # same meaning
     observations += ["1 failed, 2 passed in 0.31s"] * 3 + ["FAILED test_x.py"]
     kids = [
         make_child(root, 2, [obs], name=f"k{i}", sample_index=i)
@@ -356,6 +357,10 @@ def test_compare_of_a_fork_summarises_outcomes_with_at_most_six_columns(research
     ]
     broken = make_child(root, 2, ["no tags"], name="broken", sample_index=11, parse_status="no_tag")
     lost = make_child(root, 2, [], name="lost", sample_index=12, status="failed")
+    # a future that failed before its first step: its action is its job's
+    job = make_job(root, 2, n=13, status="failed")
+    SimulationJob.objects.filter(pk=job.pk).update(action=root.all_steps().get(index=2).action)
+    Branch.objects.filter(pk=lost.pk).update(job=job)
     make_child(root, 1, ["elsewhere"], name="other fork")
     tree = researcher_client.get(reverse("branch_tree", args=[t.pk])).content.decode()
     assert f"?fork={root.pk}&amp;at=2" in tree and "compare 13 futures @2" in tree
@@ -364,7 +369,8 @@ def test_compare_of_a_fork_summarises_outcomes_with_at_most_six_columns(research
         reverse("branch_compare", args=[t.pk]) + f"?fork={root.pk}&at=2"
     ).content.decode()
     summary = html.split('id="fork-summary"')[1].split("</section>")[0]
-    assert "13 futures of <em>recorded</em> at step 2" in summary
+    assert "13 futures of <em>recorded</em> at step 2, given the recorded action" in summary
+    assert 'id="fork-actions"' not in summary  # one action only
     assert "3 outcomes among the 11 futures with a well-formed observation" in summary
     assert "1 malformed" in summary and "1 failed" in summary
     rows = re.findall(
@@ -407,6 +413,38 @@ def test_compare_of_a_fork_summarises_outcomes_with_at_most_six_columns(research
     ).content.decode()
     assert "<del>git status</del>" not in html  # actions equal: no action diff
     assert "vs recorded" in html
+
+
+def test_futures_of_another_action_and_recorded_alternatives_are_summarised_apart(
+    researcher_client, traj
+):
+    """Futures given different actions at one fork are different experiments: each action
+    has its own outcomes. A recorded alternative (ToolBench) is no future at all."""
+    t, root = traj
+    recorded = [make_child(root, 2, ["3 passed"], name=f"r{i}", sample_index=i) for i in range(3)]
+    edited = [
+        make_child(root, 2, ["collected 0 items"], name=f"e{i}", action="pytest -k nothing")
+        for i in range(2)
+    ]
+    make_child(root, 2, ["explored"], name="alternative", origin="recorded")
+    tree = researcher_client.get(reverse("branch_tree", args=[t.pk])).content.decode()
+    assert "compare 5 futures @2" in tree  # the alternative is not counted
+    url = reverse("branch_compare", args=[t.pk]) + f"?fork={root.pk}&at=2"
+    html = researcher_client.get(url).content.decode()
+    summary = html.split('id="fork-summary"')[1].split("</section>")[0]
+    assert "3 futures of <em>recorded</em> at step 2, given the recorded action" in summary
+    assert "2 actions were tried at step 2" in summary and "alternative" not in summary
+    link = re.search(r'class="fork-action-link" href="([^"]+)"', summary).group(1)
+    html = researcher_client.get(link.replace("&amp;", "&")).content.decode()
+    summary = html.split('id="fork-summary"')[1].split("</section>")[0]
+    assert "2 futures of <em>recorded</em> at step 2, given the action" in summary
+    assert "pytest -k nothing" in summary and "1 outcome among the 2 futures" in summary
+    assert all(f"?branch={b.pk}&amp;" not in summary for b in recorded)
+    assert f"?branch={edited[0].pk}&amp;" in summary
+    # the action stays chosen when columns are picked (a hidden field of the form)
+    assert 'name="action" value="' in summary
+    r = researcher_client.get(url + "&action=0123456789")
+    assert r.status_code == 400 and "were given this action" in r.content.decode()
 
 
 def test_compare_selection_errors(researcher_client, traj, project):
@@ -674,3 +712,25 @@ def test_cancelling_a_job_whose_worker_died_ends_it_cancelled(researcher_client,
     assert reap_stale_jobs() == 1
     alive.refresh_from_db()
     assert alive.status == "cancelled" and alive.phase == "cancelled"
+
+
+def test_near_duplicate_search_is_bounded_and_says_when_it_stopped(
+    researcher_client, traj, monkeypatch
+):
+    from studio.services import futures
+
+    t, root = traj
+    words = "one two three four five six seven eight nine ten eleven twelve".split()
+    # the same words in other orders: every pair passes the cheap bounds, none is similar
+    texts = [" ".join(words), " ".join(reversed(words)), " ".join(words[6:] + words[:6])]
+    for i, text in enumerate(texts):
+        make_child(root, 2, [text], name=f"p{i}", sample_index=i)
+    summary = futures.summarise_fork(root, 2)
+    assert len(summary.outcomes) == 3 and not summary.near_incomplete
+    monkeypatch.setattr(futures, "NEAR_PAIR_BUDGET", 1)
+    summary = futures.summarise_fork(root, 2)
+    assert len(summary.outcomes) == 3 and summary.near_incomplete
+    html = researcher_client.get(
+        reverse("branch_compare", args=[t.pk]) + f"?fork={root.pk}&at=2"
+    ).content.decode()
+    assert "Near-duplicates were looked for in the first comparisons only" in html

@@ -223,6 +223,6 @@ def test_cancel_a_running_job_and_see_it_cancelled(
     job.refresh_from_db()
     assert job.status == JobStatus.CANCELLED and job.error == ""
     assert page.inner_text("#job-status") == "Cancelled"
-    assert "No future had finished" in page.inner_text(".job-cancelled")
+    assert "No future had finished; each keeps" in page.inner_text(".job-cancelled")
     assert set(Branch.objects.filter(job=job).values_list("status", flat=True)) == {"cancelled"}
     assert not Step.objects.filter(branch__job=job).exists()  # nothing half-written

@@ -50,12 +50,14 @@ def test_reformatting_is_no_change_and_real_changes_show():
         in html
     )
 
-    text = meaning_diff("total 8\r\ndrwx  2 root\n\n", "total 8\ndrwx 2 root   ")
+    text = meaning_diff("\ntotal 8\r\ndrwx  2 root\n\n", "total 8\ndrwx  2 root   ")
     assert text.kind == "text" and text.same and text.formatting_only
-    assert normalise_text(" a \t b \r\n c  ") == "a b\nc"
-    words = meaning_diff("3 passed  in 0.12s", "3 failed in 0.12s")
+    # line ends only: indentation and spaces inside a line are kept (code, aligned output)
+    assert normalise_text(" a \t b \r\n c  \n\n") == " a \t b\n c"
+    assert not meaning_diff("if x:\n    y()", "if x:\n  y()").same
+    words = meaning_diff("3 passed in 0.12s  ", "3 failed in 0.12s")
     assert ("delete", "passed") in words.pieces and ("insert", "failed") in words.pieces
-    assert all("  " not in t for _, t in words.pieces)  # whitespace noise gone
+    assert all(not t.endswith(" ") for op, t in words.pieces if op != "equal")
 
 
 def test_user_text_is_escaped_in_change_lists():
@@ -76,3 +78,11 @@ def test_compare_shows_meaning_by_default_and_raw_text_on_request(researcher_cli
     assert "<code>$.time</code> changed <del>&quot;10:02&quot;</del>" in row
     raw = researcher_client.get(url + "&diff=lines").content.decode()
     assert "only formatting differs" not in raw and "<del>" in raw.split('id="compare-step-1"')[1]
+
+
+def test_a_text_replaced_as_a_whole_is_one_replacement():
+    diff = meaning_diff("Transfer successful", '{"reservation_id": "HATHAT"} error: not found')
+    assert diff.pieces == [
+        ("delete", "Transfer successful"),
+        ("insert", '{"reservation_id": "HATHAT"} error: not found'),
+    ]

@@ -137,7 +137,8 @@ def test_who_may_do_what(client, project):
     assert client.get(reverse("endpoint_edit", args=[endpoint.pk])).status_code == 404
 
 
-def test_test_button_shows_latency_or_the_exact_error(client, project, monkeypatch):
+def test_test_button_shows_latency_or_the_exact_error(client, project, monkeypatch, settings):
+    settings.STUDIO_ENDPOINT_KEY_ENVS = [("NO_SUCH_KEY_VAR", "http://127.0.0.1:9/v1")]
     client.force_login(project.users["admin"])
     hx = {"HX-Request": "true"}
     seen = []
@@ -170,6 +171,161 @@ def test_test_button_shows_latency_or_the_exact_error(client, project, monkeypat
     )
     html = client.post(reverse("endpoint_test", args=[endpoint.pk]), headers=hx).content.decode()
     assert "reads its API key from $NO_SUCH_KEY_VAR, which is not set" in html
+    # and a variable is only sent to the URL it is bound to
+    ModelEndpoint.objects.filter(pk=endpoint.pk).update(base_url="http://127.0.0.1:10/v1")
+    html = client.post(reverse("endpoint_test", args=[endpoint.pk]), headers=hx).content.decode()
+    assert "$NO_SUCH_KEY_VAR may only be sent to http://127.0.0.1:9/v1" in html
+
+
+def test_url_within_respects_hosts_ports_and_path_segments():
+    from studio.services.endpoints import url_within
+
+    assert url_within("http://models.lab:8000/v1", "http://models.lab:8000/v1/")
+    assert url_within("http://Models.Lab:8000/v1/extra", "http://models.lab:8000/v1")
+    assert url_within("http://models.lab:8000/anything", "http://models.lab:8000")
+    for url in (
+        "http://models.lab:8000/v10",  # not a path segment
+        "http://models.lab:8001/v1",  # another port
+        "https://models.lab:8000/v1",  # another scheme
+        "http://models.lab.evil.example:8000/v1",  # another host with the same start
+        "http://evil.example/?http://models.lab:8000/v1",
+        "",
+    ):
+        assert not url_within(url, "http://models.lab:8000/v1"), url
+
+
+def test_key_variables_go_only_to_the_urls_they_are_bound_to(
+    client, project, settings, monkeypatch
+):
+    """A project admin cannot point an endpoint at a server of theirs and have the workers
+    send it the operator's WORLD_MODEL_API_KEY (or any other variable of the worker)."""
+    from studio.services.endpoints import key_bindings, key_for_job
+
+    settings.WORLD_MODEL_BASE_URL = "http://models.lab:8000/v1"
+    settings.AGENT_MODEL_BASE_URL = "http://agents.lab:9000/v1"
+    settings.STUDIO_ENDPOINT_KEY_ENVS = [("LAB_KEY", "https://gateway.lab/v1")]
+    monkeypatch.setenv("WORLD_MODEL_API_KEY", "operator-world-key")
+    monkeypatch.setenv("LAB_KEY", "operator-lab-key")
+    monkeypatch.delenv("AGENT_MODEL_API_KEY", raising=False)
+    monkeypatch.setenv("HOME_SECRET", "x")
+    # without AGENT_MODEL_API_KEY the agent uses the world's key, so it is bound there too
+    assert key_bindings() == {
+        "WORLD_MODEL_API_KEY": ("http://models.lab:8000/v1", "http://agents.lab:9000/v1"),
+        "LAB_KEY": ("https://gateway.lab/v1",),
+    }
+    client.force_login(project.users["admin"])
+    r = add(client, project, api_key_env="WORLD_MODEL_API_KEY", base_url="http://127.0.0.1:9/v1")
+    assert r.status_code == 400
+    assert (
+        "$WORLD_MODEL_API_KEY may only be sent to http://models.lab:8000/v1" in r.content.decode()
+    )
+    r = add(client, project, api_key_env="HOME_SECRET")
+    html = r.content.decode()
+    assert "$HOME_SECRET is not a key variable endpoints may use" in html
+    assert "LAB_KEY, WORLD_MODEL_API_KEY" in html and "STUDIO_ENDPOINT_KEY_ENVS" in html
+    assert not ModelEndpoint.objects.filter(name="served").exists()
+    r = add(client, project, api_key_env="LAB_KEY", base_url="https://gateway.lab/v1/")
+    assert r.status_code == 302
+    endpoint = ModelEndpoint.objects.get(name="served")
+    assert api_key_of(endpoint) == "operator-lab-key"
+    # a row changed behind the form's back is still refused when the key would be sent
+    ModelEndpoint.objects.filter(pk=endpoint.pk).update(base_url="https://gateway.lab.evil/v1")
+    endpoint.refresh_from_db()
+    with pytest.raises(EndpointError, match="may only be sent to https://gateway.lab/v1"):
+        api_key_of(endpoint)
+    # a job sends its endpoint's key only while the endpoint points where the job does
+    with pytest.raises(EndpointError, match="now points at https://gateway.lab.evil/v1"):
+        key_for_job(endpoint, "https://gateway.lab/v1", env="WORLD_MODEL_API_KEY")
+    # a job without an endpoint (command line, or its endpoint deleted): the environment's
+    # key, to its own URL only
+    world = "WORLD_MODEL_API_KEY"
+    assert key_for_job(None, "http://models.lab:8000/v1", env=world) == "operator-world-key"
+    assert key_for_job(None, "http://127.0.0.1:9/v1", env=world) == "EMPTY"
+    assert key_for_job(None, "http://agents.lab:9000/v1", env="AGENT_MODEL_API_KEY") == (
+        "operator-world-key"
+    )
+
+
+def test_key_bindings_in_the_environment_fail_loudly_when_malformed(monkeypatch):
+    from studio.env import ConfigError, env_key_bindings
+
+    monkeypatch.setenv("KEYS", "A_KEY=http://a.lab/v1/, B=https://b.lab")
+    assert env_key_bindings("KEYS") == [("A_KEY", "http://a.lab/v1"), ("B", "https://b.lab")]
+    for bad, why in (
+        ("A_KEY", "is not NAME=URL"),
+        ("not a name=http://a", "is not NAME=URL"),
+        ("A=ftp://a.lab", r"must be http\(s\)://"),
+        ("A=http://", r"must be http\(s\)://"),
+    ):
+        monkeypatch.setenv("KEYS", bad)
+        with pytest.raises(ConfigError, match=why):
+            env_key_bindings("KEYS")
+
+
+def test_editing_the_url_or_kind_drops_a_stored_key_unless_a_new_one_is_typed(client, project):
+    client.force_login(project.users["admin"])
+    add(client, project, api_key=SECRET)
+    endpoint = ModelEndpoint.objects.get(name="served")
+    url = reverse("endpoint_edit", args=[endpoint.pk])
+    base = {"name": "served", "role": "world", "kind": "openai", "model": "world-model"}
+    r = client.post(url, {**base, "base_url": "http://127.0.0.1:10/v1"}, follow=True)
+    endpoint.refresh_from_db()
+    assert endpoint.api_key_encrypted == "" and endpoint.key_status == "none"
+    assert "The API key stored for &#x27;served&#x27; was removed" in r.content.decode()
+    # a new key typed with the new URL is kept; typed together with "remove", it wins
+    client.post(url, {**base, "base_url": "http://127.0.0.1:11/v1", "api_key": "sk-new"})
+    endpoint.refresh_from_db()
+    assert api_key_of(endpoint) == "sk-new"
+    r = client.post(
+        url,
+        {
+            **base,
+            "base_url": "http://127.0.0.1:11/v1",
+            "api_key": "sk-newer",
+            "clear_api_key": "on",
+        },
+        follow=True,
+    )
+    endpoint.refresh_from_db()
+    assert api_key_of(endpoint) == "sk-newer" and "was removed" not in r.content.decode()
+
+
+def test_a_variable_named_replaces_a_stored_key(client, project, settings, monkeypatch):
+    settings.STUDIO_ENDPOINT_KEY_ENVS = [("LAB_KEY", "http://127.0.0.1:9/v1")]
+    monkeypatch.setenv("LAB_KEY", "from-the-variable")
+    client.force_login(project.users["admin"])
+    add(client, project, api_key=SECRET)
+    endpoint = ModelEndpoint.objects.get(name="served")
+    data = {
+        "name": "served",
+        "role": "world",
+        "kind": "openai",
+        "model": "world-model",
+        "base_url": "http://127.0.0.1:9/v1",
+        "api_key_env": "LAB_KEY",
+    }
+    assert client.post(reverse("endpoint_edit", args=[endpoint.pk]), data).status_code == 302
+    endpoint.refresh_from_db()
+    assert endpoint.api_key_encrypted == "" and api_key_of(endpoint) == "from-the-variable"
+
+
+def test_moving_the_default_to_another_role_promotes_a_successor(client, project):
+    client.force_login(project.users["admin"])
+    add(client, project, name="agent A", role="agent")
+    add(client, project, name="agent B", role="agent")
+    a = ModelEndpoint.objects.get(name="agent A")
+    assert a.is_default and not ModelEndpoint.objects.get(name="agent B").is_default
+    data = {
+        "name": "agent A",
+        "role": "judge",
+        "kind": "openai",
+        "base_url": "http://127.0.0.1:9/v1",
+        "model": "judge-model",
+    }
+    assert client.post(reverse("endpoint_edit", args=[a.pk]), data).status_code == 302
+    a.refresh_from_db()
+    assert a.role == "judge" and a.is_default  # the only judge: the judges' default
+    assert ModelEndpoint.objects.get(name="agent B").is_default  # the agents keep one
 
 
 def test_retrieval_test_counts_what_it_answers_from(client, project):
@@ -202,6 +358,45 @@ def test_an_in_process_model_is_tested_by_a_gpu_worker_and_the_row_polls(
     )
     done = client.get(row, headers={"HX-Request": "true"})
     assert done.status_code == 286 and "every 1s" not in done.content.decode()
+
+
+def test_a_test_no_gpu_worker_answers_stops_polling_and_says_so(client, project):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from studio.models.endpoints import PROBE_WAIT_S
+
+    client.force_login(project.users["admin"])
+    add(client, project, kind="hf", base_url="", model="/models/tiny")
+    endpoint = ModelEndpoint.objects.get(name="served")
+    asked = timezone.now() - timedelta(seconds=PROBE_WAIT_S + 5)
+    ModelEndpoint.objects.filter(pk=endpoint.pk).update(test_pending=True, tested_at=asked)
+    r = client.get(reverse("endpoint_row", args=[endpoint.pk]), headers={"HX-Request": "true"})
+    html = r.content.decode()
+    assert r.status_code == 286 and "every 1s" not in html
+    assert "no gpu worker answered in 2" in html and "-Q gpu" in html
+    endpoint.refresh_from_db()
+    assert endpoint.test_pending  # reading never writes: a worker may still answer
+
+
+def test_a_probe_that_breaks_unexpectedly_still_ends_the_test(project, monkeypatch):
+    import inference.backends
+    from studio.jobs.endpoint_probe import probe_in_process_endpoint
+
+    endpoint = ModelEndpoint.objects.create(
+        project=project, name="gpu", role="world", kind="hf", model="/m", test_pending=True
+    )
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(inference.backends, "make_backend", broken)
+    with pytest.raises(RuntimeError):
+        probe_in_process_endpoint(endpoint.pk)
+    endpoint.refresh_from_db()
+    assert not endpoint.test_pending and endpoint.test_ok is False
+    assert endpoint.test_detail == "RuntimeError: CUDA error: device-side assert triggered"
 
 
 def test_defaults_and_deleting(client, project):

@@ -12,6 +12,7 @@ def test_not_found_and_not_allowed_are_the_studios_pages(researcher_client, proj
     html = r.content.decode()
     assert r.status_code == 404 and 'id="error-page"' in html and "AgentWorld" in html
     assert "Your projects" in html and "Django" not in html and "Traceback" not in html
+    assert "Resolver404" not in html and "nothing at this address." in html
     r = researcher_client.get(f"/projects/{project.other.pk}/")  # someone else's project
     assert r.status_code == 404 and 'id="error-page"' in r.content.decode()
     researcher_client.force_login(project.users["annotator"])

@@ -52,7 +52,7 @@ def test_simulate_runs_a_named_endpoint(project, default_worker):
             project,
             EndpointData(
                 name="lab vLLM", role="world", kind="openai", base_url=srv.base_url, model="w",
-                api_key="lab-key",
+                api_key="lab-key", temperature=0.2, max_tokens=77,
             ),
         )  # fmt: skip
         out = StringIO()
@@ -61,6 +61,8 @@ def test_simulate_runs_a_named_endpoint(project, default_worker):
             "--endpoint", "lab vLLM", "--wait", stdout=out,
         )  # fmt: skip
         assert srv.authorizations == ["Bearer lab-key"]
+        # the endpoint's default sampling, no flag given
+        assert (srv.requests[0]["temperature"], srv.requests[0]["max_tokens"]) == (0.2, 77)
     job = SimulationJob.objects.get()
     assert job.world_endpoint.name == "lab vLLM" and (job.backend, job.model) == ("openai", "w")
     assert "model 'lab vLLM'" in out.getvalue() and "Flask 3.0.2" in out.getvalue()

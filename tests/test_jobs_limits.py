@@ -40,3 +40,23 @@ def test_job_past_its_time_limit_fails_readably(project):
     assert (job.finished_at - job.started_at).total_seconds() < 6
     assert set(job.branches.values_list("status", flat=True)) == {"failed"}
     assert not Step.objects.filter(branch__job=job).exists()
+
+
+def test_killed_at_the_hard_limit_is_told_apart_from_an_earlier_death(settings):
+    from datetime import datetime, timedelta
+    from types import SimpleNamespace
+
+    from studio.jobs.runtime import reached_hard_limit
+
+    start = datetime(2026, 12, 1, 9, 0)
+
+    def ran(seconds):
+        return SimpleNamespace(started_at=start, heartbeat_at=start + timedelta(seconds=seconds))
+
+    settings.STUDIO_JOB_STALE_S = 120  # heartbeats every 15 s
+    settings.STUDIO_JOB_HARD_LIMIT_S = 3600
+    assert reached_hard_limit(ran(3560)) and not reached_hard_limit(ran(3500))
+    # a short limit: the slack shrinks with it (a death at 50 s of 60 is no time-out)
+    settings.STUDIO_JOB_HARD_LIMIT_S = 60
+    assert reached_hard_limit(ran(55)) and not reached_hard_limit(ran(50))
+    assert not reached_hard_limit(SimpleNamespace(started_at=start, heartbeat_at=None))

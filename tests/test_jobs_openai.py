@@ -3,8 +3,6 @@ a real worker: exact prompts for AgentWorldBench imports, odd outputs, rollout, 
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 
 from inference.prompts import reference_messages
@@ -136,7 +134,10 @@ def test_rollout_with_world_and_agent_models_from_the_projects_endpoints(
     project, script, fresh, openai_worker
 ):
     trajectory = make_trajectory(project)
-    save = partial(save_endpoint, project)
+
+    def save(data):
+        return save_endpoint(project, data).endpoint
+
     world = save(
         EndpointData(
             name="world",

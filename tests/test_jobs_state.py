@@ -64,4 +64,19 @@ def test_the_page_says_cancelling_then_cancelled_with_what_was_kept(researcher_c
     html = r.content.decode()
     assert r.status_code == 286 and "Cancelling" not in html
     assert ">Cancelled</span>" in html
-    assert "1 of 3 futures had finished and is kept" in html
+    assert "1 of 3 futures had finished and is kept; the others keep" in html
+
+
+def test_a_job_read_queued_whose_branches_were_claimed_since_shows_running(
+    researcher_client, project
+):
+    from studio.views.simulation import _job_context
+
+    _, root = make_trajectory(project)
+    job = make_job(root, 1, n=1, status="queued")
+    make_child(root, 1, [], job=job, status="queued")
+    read_before = SimulationJob.objects.get(pk=job.pk)  # the page reads the row first
+    claim(SimulationJob, job.pk, "m")  # a worker claims it meanwhile
+    membership = project.memberships.get(user=project.users["researcher"])
+    context = _job_context(read_before, membership)
+    assert context["job"].status == "running" and not context["done"]

@@ -164,6 +164,32 @@ def test_edits_are_semantic():
     assert action_is_edited('{"a": [1, 2]}', '{"a": [2, 1]}')
     assert action_is_edited("3", "3.0")  # text, not JSON: numbers compare as typed
     assert action_is_edited(None, "ls")
+    # JSON values by type: true is not 1, 1.0 is 1
+    assert action_is_edited('{"force": true}', '{"force": 1}')
+    assert not action_is_edited('{"n": 1}', '{"n": 1.0}')
+    assert not action_is_edited('{"a": 1, "b": 2}', '{"b": 2, "a": 1}')
+    # indentation and spaces inside a line are meaning (code, heredocs)
+    assert action_is_edited("if x:\n    y()", "if x:\n  y()")
+    assert action_is_edited("echo 'a  b'", "echo 'a b'")
+    assert not action_is_edited("\n\nls  \r\n", "ls")
+
+
+def test_edited_and_the_diff_agree():
+    """The "edited" label of a future and the diff the compare view shows use one
+    definition of "the same": neither can say "same" where the other says "changed"."""
+    from studio.services.diffs import meaning_diff
+
+    pairs = [
+        ("ls -la", "ls -la\n  "),
+        ("if x:\n    y()", "if x:\n  y()"),
+        ("echo 'a  b'", "echo 'a b'"),
+        ('{"force": true}', '{"force": 1}'),
+        ('{"n": 1}', '{"n": 1.0}'),
+        ('{"a": [1, 2]}', '{\n  "a": [1, 2]\n}'),
+        ("3", "3.0"),
+    ]
+    for a, b in pairs:
+        assert action_is_edited(a, b) == (not meaning_diff(a, b).same), (a, b)
 
 
 def test_odd_input_is_a_field_error_never_a_crash():

@@ -362,3 +362,7 @@ def test_fenced_actions_render_as_the_action_with_the_raw_text_a_click_away():
     tool = '```json\n{"name": "get_weather", "arguments": {"city": "<Lyon>"}}\n```'
     html = str(render_action("mcp", tool))
     assert "get_weather" in html and "&lt;Lyon&gt;" in html and "<Lyon>" not in html
+    # a block inside a block is unwrapped once: one raw view, the inner block as text
+    nested = "```\n```bash\nrm -rf /tmp/x\n```\n```"
+    html = str(render_action("terminal", nested))
+    assert html.count("raw action") == 1 and "rm -rf /tmp/x" in html

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from inference.simulation import limits
+from inference.simulation.meaning import same_meaning
 
 FIELDS = (
     "fork_index",
@@ -200,30 +201,13 @@ def normalise_action(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n").rstrip()
 
 
-def _as_json(text: str) -> tuple[bool, Any]:
-    stripped = text.strip()
-    if not stripped or stripped[0] not in "{[":
-        return False, None
-    try:
-        return True, json.loads(stripped)
-    except (ValueError, RecursionError):
-        return False, None
-
-
 def action_is_edited(recorded: str | None, action: str) -> bool:
-    """Whether `action` differs in meaning from the recorded action: JSON compared as parsed
-    values (so re-indenting is no edit), text with line endings and trailing whitespace
-    normalised. A new step (no recorded action) is always an edit."""
+    """Whether `action` differs in meaning from the recorded action (`meaning.same_meaning`:
+    re-indenting JSON or a textarea's line endings is no edit). A new step (no recorded
+    action) is always an edit."""
     if recorded is None:
         return True
-    a, b = normalise_action(recorded), normalise_action(action)
-    if a == b:
-        return False
-    a_json, a_value = _as_json(a)
-    b_json, b_value = _as_json(b)
-    if a_json and b_json:
-        return a_value != b_value
-    return True
+    return not same_meaning(recorded, action)
 
 
 def looks_like_json(text: str, domain: str) -> bool:

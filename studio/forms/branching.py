@@ -20,6 +20,7 @@ from inference.simulation.request import (
     SimulationRequest,
 )
 from studio.models import Domain, EndpointRole, ModelEndpoint
+from studio.models.trajectories import BranchOrigin
 from studio.services.endpoints import (
     agent_input,
     endpoints_for,
@@ -244,9 +245,11 @@ class CompareForm(forms.Form):
     b = forms.TypedMultipleChoiceField(coerce=int, required=False, label="Branches")
     fork = forms.IntegerField(required=False)
     at = forms.IntegerField(required=False, min_value=0)
+    # which action's futures (`studio.services.futures.action_key`); default: the most tried
+    action = forms.RegexField(regex=r"^[0-9a-f]{1,40}$", required=False)
     diff = forms.ChoiceField(
         choices=[
-            ("meaning", "Meaning: JSON by key, text without formatting"),
+            ("meaning", "Meaning: JSON by key, text ignoring line-end whitespace"),
             ("words", "Raw text, word by word"),
             ("lines", "Raw text, line by line"),
         ],
@@ -281,7 +284,14 @@ class CompareForm(forms.Form):
         parent = self.branches.get(fork)
         if parent is None:
             raise forms.ValidationError(f"Branch {fork} is not a branch of this trajectory.")
-        steps = sorted({b.fork_index for b in self.branches.values() if b.parent_id == fork})
+        # futures: simulated children (recorded alternatives, e.g. ToolBench's, are not)
+        steps = sorted(
+            {
+                b.fork_index
+                for b in self.branches.values()
+                if b.parent_id == fork and b.origin != BranchOrigin.RECORDED
+            }
+        )
         if at is None and len(steps) == 1:
             at = steps[0]
         if at is None:

@@ -10,7 +10,7 @@ from django import forms
 
 from inference.simulation import limits
 from studio.models import EndpointKind, EndpointRole, ModelEndpoint
-from studio.services.endpoints import CHAT_ONLY_ROLES, EndpointData
+from studio.services.endpoints import CHAT_ONLY_ROLES, EndpointData, env_key_refusal
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -42,7 +42,8 @@ class EndpointForm(forms.Form):
         required=False,
         max_length=100,
         label="or: API key from the environment variable",
-        help_text="Its name, e.g. WORLD_MODEL_API_KEY; the workers read it when they run.",
+        help_text="Its name, e.g. WORLD_MODEL_API_KEY; the workers read it when they run. "
+        "Each variable may only be sent to the base URL the operator bound it to.",
     )
     temperature = forms.FloatField(required=False, label="Default temperature")
     top_p = forms.FloatField(required=False, label="Default top_p")
@@ -126,6 +127,10 @@ class EndpointForm(forms.Form):
             self.add_error("model", "Name the model: the served model name, or a path or hub id.")
         if data.get("api_key") and data.get("api_key_env"):
             self.add_error("api_key_env", "Give the key or the name of its variable, not both.")
+        elif kind == "openai" and data.get("api_key_env") and "base_url" not in self.errors:
+            refusal = env_key_refusal(data["api_key_env"], data.get("base_url", ""))
+            if refusal:
+                self.add_error("api_key_env", refusal[0].upper() + refusal[1:] + ".")
         self._check_range(data, "temperature", 0.0, limits.TEMPERATURE_MAX)
         self._check_range(data, "top_p", 0.0, 1.0, open_low=True)
         self._check_range(data, "max_tokens", 1, limits.MAX_TOKENS)
@@ -143,7 +148,7 @@ class EndpointForm(forms.Form):
         d = self.cleaned_data
         kind = d["kind"]
         api_key: str | None = d.get("api_key") or None
-        if d.get("clear_api_key"):
+        if d.get("clear_api_key") and api_key is None:  # a key typed as well wins
             api_key = ""
         return EndpointData(
             name=d["name"],

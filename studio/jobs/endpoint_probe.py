@@ -17,6 +17,8 @@ def probe_in_process_endpoint(endpoint_id: int) -> None:
     from inference.types import GenerationRequest, SamplingParams
 
     started = time.perf_counter()
+    # Whatever goes wrong (a model that will not load fails in many ways), the row must
+    # stop saying "testing": the exact error is the answer.
     try:
         backend = make_backend("hf", model=endpoint.model)
         completion = backend.generate(
@@ -25,9 +27,12 @@ def probe_in_process_endpoint(endpoint_id: int) -> None:
                 params=SamplingParams(temperature=0.0, max_tokens=1),
             )
         )[0]
-    except (BackendError, ImportError, OSError, ValueError) as exc:
+    except BackendError as exc:
         record_test(endpoint, False, None, f"{type(exc).__name__}: {exc}")
         return
+    except Exception as exc:
+        record_test(endpoint, False, None, f"{type(exc).__name__}: {exc}")
+        raise
     latency = (time.perf_counter() - started) * 1000
     record_test(
         endpoint, True, latency, f"loaded {endpoint.model} and answered {completion.text!r}"

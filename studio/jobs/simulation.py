@@ -165,7 +165,7 @@ class LazyCorpus:
 
 def make_backend_for(job: SimulationJob, request: SimulationRequest) -> Backend:
     from inference.backends import make_backend
-    from studio.services.endpoints import api_key_of
+    from studio.services.endpoints import key_for_job
 
     choice = request.world_model
     if choice.backend == "retrieval":
@@ -179,8 +179,11 @@ def make_backend_for(job: SimulationJob, request: SimulationRequest) -> Backend:
         choice.backend,
         model=choice.model,
         base_url=choice.base_url,
-        # from its endpoint; a job asked for with flags uses the environment's key
-        api_key=api_key_of(job.world_endpoint, fallback=settings.WORLD_MODEL_API_KEY),
+        api_key=(
+            key_for_job(job.world_endpoint, choice.base_url, env="WORLD_MODEL_API_KEY")
+            if choice.backend == "openai"
+            else ""
+        ),
         concurrency=settings.WORLD_MODEL_CONCURRENCY,
         use_n=choice.supports_n,
     )
@@ -190,12 +193,12 @@ def make_agent(job: SimulationJob, request: SimulationRequest) -> Agent | None:
     if request.agent is None:
         return None
     from inference.agent import AgentModel
-    from studio.services.endpoints import api_key_of
+    from studio.services.endpoints import key_for_job
 
     return AgentModel(
         base_url=request.agent.base_url,
         model=request.agent.model,
-        api_key=api_key_of(job.agent_endpoint, fallback=settings.AGENT_MODEL_API_KEY),
+        api_key=key_for_job(job.agent_endpoint, request.agent.base_url, env="AGENT_MODEL_API_KEY"),
     )
 
 
@@ -256,8 +259,6 @@ def explain_error(exc: BaseException) -> str | None:
     """Messages that name the studio's settings (the runner knows none of them)."""
     from celery.exceptions import SoftTimeLimitExceeded
 
-    from studio.services.endpoints import EndpointError
-
     if isinstance(exc, EndpointError):
         return str(exc)
 
@@ -306,8 +307,6 @@ def run_simulation_job(job_id: int, message_id: str = "") -> None:
             message = explain_error(exc) or (
                 exc.summary()
                 if isinstance(exc, InvalidRequest)
-                else str(exc)
-                if isinstance(exc, EndpointError)
                 else f"Simulation failed ({type(exc).__name__}): {exc}"
             )
             outcome = RunOutcome(status=FAILED, error=message)

@@ -2,8 +2,12 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from inference.simulation.limits import BACKENDS
+
+# How long the Models page waits for a gpu worker to answer a test of an in-process model.
+PROBE_WAIT_S = 120
 
 
 class EndpointRole(models.TextChoices):
@@ -53,7 +57,8 @@ class ModelEndpoint(models.Model):
     test_ok = models.BooleanField(null=True, blank=True)
     test_latency_ms = models.FloatField(null=True, blank=True)
     test_detail = models.TextField(blank=True)
-    test_pending = models.BooleanField(default=False)  # a test job is queued or running
+    # A test job is queued or running; `tested_at` is then when it was asked for.
+    test_pending = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["role", "-is_default", "name"]
@@ -71,6 +76,14 @@ class ModelEndpoint(models.Model):
         if self.api_key_env:
             return f"from ${self.api_key_env}"
         return "none"
+
+    @property
+    def test_unanswered(self) -> bool:
+        """A test asked of a gpu worker that none has answered for PROBE_WAIT_S: the page
+        stops polling and says so (a worker that comes up later still answers it)."""
+        if not self.test_pending or self.tested_at is None:
+            return False
+        return (timezone.now() - self.tested_at).total_seconds() > PROBE_WAIT_S
 
     @property
     def is_neural(self) -> bool:

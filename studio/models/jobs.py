@@ -134,3 +134,10 @@ class SimulationJob(JobBase):
 
     def __str__(self) -> str:
         return f"simulation {self.pk} of {self.trajectory_id} at step {self.fork_index} ({self.status})"
+
+    @property
+    def ran_s(self) -> float | None:
+        """Seconds from its claim to its end (None: it never ran, or runs still)."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()

@@ -1,4 +1,4 @@
-"""Diff HTML from the plain (op, text) pieces of `studio.services.branches`: removed text in
+"""Diff HTML from the plain (op, text) pieces of `studio.services.diffs`: removed text in
 <del>, added text in <ins>, every piece of user text escaped."""
 
 from __future__ import annotations

@@ -164,14 +164,17 @@ def render_preview(domain: str, head: str, total_chars: int, full_url: str) -> S
     )
 
 
-def render_action(domain: str, text: str, meta: dict | None = None) -> SafeString:
+def render_action(
+    domain: str, text: str, meta: dict | None = None, *, fences: bool = True
+) -> SafeString:
     """An agent action: a JSON tool call as `name(args)` with a foldable argument tree, a
-    shell command as a prompt line, anything else as preformatted text."""
+    shell command as a prompt line, anything else as preformatted text. `fences`: unwrap an
+    action written as one fenced block (off for the block's content: one level, one raw)."""
     text = text or ""
     meta = meta or {}
     if not text.strip():
         return format_html('<div class="action action-empty muted">{}</div>', "(no action)")
-    fenced = _FENCED_RE.fullmatch(text.strip())
+    fenced = _FENCED_RE.fullmatch(text.strip()) if fences else None
     if fenced:
         # A whole action in one fenced block (AgentWorldBench actions are written so): the
         # action is the block's content; the text as written is one click away.
@@ -188,7 +191,7 @@ def render_action(domain: str, text: str, meta: dict | None = None) -> SafeStrin
             '<div class="action action-react"><div class="react-thought"><span class="react-label">{}</span> {}</div>{}</div>',
             react.group(1).capitalize(),
             react.group(2).strip(),
-            render_action(domain, react.group(3).strip(), meta),
+            render_action(domain, react.group(3).strip(), meta, fences=fences),
         )
     ok, value = try_parse_json(text)
     if ok:
@@ -239,7 +242,7 @@ def _render_fenced(domain: str, lang: str, inner: str, meta: dict) -> SafeString
             '<pre class="action action-cmd term"><span class="prompt">$ </span>{}</pre>',
             ansi_to_html(inner.rstrip("\n")),
         )
-    return render_action(domain, inner, meta)
+    return render_action(domain, inner, meta, fences=False)
 
 
 def _render_call(name: str, args: Any) -> SafeString:

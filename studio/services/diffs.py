@@ -3,8 +3,8 @@
 - Raw diffs: (op, text) pieces of a word or line diff of the texts as they are.
 - Diffs of meaning (`meaning_diff`): two JSON values are compared structurally (keys added,
   removed, values changed, each with its path), so re-indenting or reordering keys is no
-  change; other text is compared after normalising whitespace (line endings, trailing spaces,
-  runs of blanks), so only words that changed show.
+  change; other text is compared after normalising line ends (`inference.simulation.meaning`,
+  the definition the request's "edited" uses too), so only words that changed show.
 - `meaning_similarity`: 0..1, the same way (formatting never lowers it).
 
 Nothing here builds HTML: `studio.presenters.diff` renders these."""
@@ -16,6 +16,8 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from inference.simulation.meaning import canonical_json, json_value, normalise_text
 
 _WORD = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
 # Word diffs of huge observations are quadratic in the worst case: above this, diff lines.
@@ -99,46 +101,41 @@ def similarity(reference: str, text: str) -> float:
     if reference == text:
         return 1.0
     lines = len(reference) + len(text) > WORD_DIFF_LIMIT
-    if lines:
-        a, b = reference.splitlines(), text.splitlines()
-    else:
-        a, b = _WORD.findall(reference), _WORD.findall(text)
+    return token_similarity(
+        tokens_of(reference, lines=lines),
+        tokens_of(text, lines=lines),
+        autojunk_above=EXACT_DIFF_LINES if lines else None,
+    )
+
+
+def tokens_of(text: str, *, lines: bool) -> list[str]:
+    """What `similarity` compares: words and separators, or lines for long texts."""
+    return text.splitlines() if lines else _WORD.findall(text)
+
+
+def token_similarity(a: list[str], b: list[str], *, autojunk_above: int | None = None) -> float:
+    """2·matched / total over two token lists (difflib's ratio), the common head and tail
+    counted at once. `autojunk_above`: with more tokens than this between them, let difflib
+    skip very frequent tokens (faster on long texts, and never higher than the exact ratio:
+    for a threshold test, not for a figure shown)."""
     if not a and not b:
         return 1.0
     head, tail = _common_ends(a, b)
     a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
-    matcher = _matcher(a_mid, b_mid, lines=lines)
+    junk = autojunk_above is not None and len(a_mid) + len(b_mid) > autojunk_above
+    matcher = difflib.SequenceMatcher(None, a_mid, b_mid, autojunk=junk)
     matched = head + tail + sum(block.size for block in matcher.get_matching_blocks())
     return 2.0 * matched / (len(a) + len(b))
 
 
 # ---- meaning: JSON structure, normalised text ------------------------------------------
 
-_BLANKS = re.compile(r"[ \t\f\v]+")
 # Values longer than this are cut in change lists (the raw diff shows them whole).
 VALUE_CHARS = 300
+# A text diff keeping less than this share of the longer text shows as one replacement.
+REWRITE_SHARE = 0.3
 
-
-def normalise_text(text: str) -> str:
-    """Whitespace that carries no meaning removed: line endings as \n, runs of blanks as
-    one space, no blanks at line ends, no blank lines at the ends."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return "\n".join(_BLANKS.sub(" ", line).strip() for line in lines).strip("\n")
-
-
-def json_value(text: str) -> tuple[bool, Any]:
-    """(True, value) when the text is a JSON object or array, else (False, None)."""
-    stripped = text.strip()
-    if not stripped or stripped[0] not in "{[":
-        return False, None
-    try:
-        return True, json.loads(stripped)
-    except (ValueError, RecursionError):
-        return False, None
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+_canonical = canonical_json
 
 
 def _shown(value: Any) -> str:
@@ -233,7 +230,13 @@ def meaning_diff(reference: str, text: str) -> MeaningDiff:
     a, b = normalise_text(reference), normalise_text(text)
     if a == b:
         return MeaningDiff(kind="text", same=True, formatting_only=reference != text)
-    return MeaningDiff(kind="text", same=False, pieces=word_pieces(a, b))
+    pieces = word_pieces(a, b)
+    kept = sum(len(t) for op, t in pieces if op == "equal")
+    if kept < REWRITE_SHARE * max(len(a), len(b)):
+        # Hardly anything in common: word by word the diff would be confetti. Say it was
+        # replaced as a whole.
+        pieces = [p for p in (("delete", a), ("insert", b)) if p[1]]
+    return MeaningDiff(kind="text", same=False, pieces=pieces)
 
 
 def meaning_similarity(reference: str, text: str) -> float:

@@ -8,6 +8,7 @@ import os
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
@@ -181,19 +182,78 @@ def simulation_defaults(project: Project) -> Defaults:
 
 
 # ---- API keys --------------------------------------------------------------------------------
+# A key is stored encrypted (typed on the Models page, sent only to that endpoint's base URL:
+# changing the URL or the kind drops it), or read from an environment variable of the worker.
+# Variables are bound to base URLs by the operator, so no project member can point an
+# endpoint at a server of theirs and collect the operator's key.
+
+KEYLESS = "EMPTY"  # what OpenAI clients send to servers that want no key
 
 
-def api_key_of(endpoint: ModelEndpoint | None, *, fallback: str = "EMPTY") -> str:
-    """The key to send: decrypted, read from the named variable of this process, or (no
-    endpoint, or an endpoint without a key) `fallback`."""
-    if endpoint is None:
-        return fallback
+def key_bindings() -> dict[str, tuple[str, ...]]:
+    """Environment variables endpoints may name, each with the base URLs it may be sent to:
+    WORLD_MODEL_API_KEY to WORLD_MODEL_BASE_URL (and to AGENT_MODEL_BASE_URL when
+    AGENT_MODEL_API_KEY is unset, as the agent then uses it), AGENT_MODEL_API_KEY to
+    AGENT_MODEL_BASE_URL, and whatever STUDIO_ENDPOINT_KEY_ENVS lists."""
+    bound: dict[str, list[str]] = {}
+
+    def bind(name: str, url: str) -> None:
+        if url and url.rstrip("/") not in bound.setdefault(name, []):
+            bound[name].append(url.rstrip("/"))
+
+    bind("WORLD_MODEL_API_KEY", settings.WORLD_MODEL_BASE_URL)
+    if os.environ.get("AGENT_MODEL_API_KEY"):
+        bind("AGENT_MODEL_API_KEY", settings.AGENT_MODEL_BASE_URL)
+    else:
+        bind("WORLD_MODEL_API_KEY", settings.AGENT_MODEL_BASE_URL)
+    for name, url in settings.STUDIO_ENDPOINT_KEY_ENVS:
+        bind(name, url)
+    return {name: tuple(urls) for name, urls in bound.items() if urls}
+
+
+def url_within(url: str, prefix: str) -> bool:
+    """`url` is on the server of `prefix` (same scheme, host and port) under its path, at a
+    path-segment boundary: http://h/v1 covers http://h/v1/x, not http://h/v10 or http://h.evil."""
+    a, b = urlsplit(url.strip()), urlsplit(prefix.strip())
+    if (a.scheme.lower(), a.netloc.lower()) != (b.scheme.lower(), b.netloc.lower()):
+        return False
+    path, root = a.path.rstrip("/"), b.path.rstrip("/")
+    return path == root or path.startswith(root + "/")
+
+
+def env_key_allowed(name: str, url: str) -> bool:
+    return bool(url) and any(url_within(url, p) for p in key_bindings().get(name, ()))
+
+
+def env_key_refusal(name: str, url: str) -> str | None:
+    """Why an endpoint at `url` may not read its key from $name, or None if it may."""
+    bindings = key_bindings()
+    if name not in bindings:
+        allowed = ", ".join(sorted(bindings)) or "none"
+        return (
+            f"${name} is not a key variable endpoints may use (this studio allows: {allowed}; "
+            "the operator binds more to their URLs with STUDIO_ENDPOINT_KEY_ENVS)"
+        )
+    if not env_key_allowed(name, url):
+        return (
+            f"${name} may only be sent to {', '.join(bindings[name])}, and "
+            f"{url or 'this endpoint'} is not under it"
+        )
+    return None
+
+
+def api_key_of(endpoint: ModelEndpoint) -> str:
+    """The key to send to `endpoint.base_url`: decrypted, read from the named (and bound)
+    variable of this process, or KEYLESS for an endpoint without a key."""
     if endpoint.api_key_encrypted:
         try:
             return decrypt(endpoint.api_key_encrypted)
         except SecretError as exc:
             raise EndpointError(f"endpoint {endpoint.name!r}: {exc}") from None
     if endpoint.api_key_env:
+        refusal = env_key_refusal(endpoint.api_key_env, endpoint.base_url)
+        if refusal:
+            raise EndpointError(f"endpoint {endpoint.name!r}: {refusal}")
         value = os.environ.get(endpoint.api_key_env)
         if value is None:
             raise EndpointError(
@@ -201,7 +261,26 @@ def api_key_of(endpoint: ModelEndpoint | None, *, fallback: str = "EMPTY") -> st
                 "which is not set in this process"
             )
         return value
-    return "EMPTY"
+    return KEYLESS
+
+
+def key_for_job(endpoint: ModelEndpoint | None, base_url: str, *, env: str) -> str:
+    """The key a job sends to `base_url`. With its endpoint: the endpoint's key, provided the
+    endpoint still points there (it may have been edited since the job was queued). Without
+    one (asked for on the command line, or its endpoint deleted): the environment's key $env
+    when it is bound to `base_url`, else none."""
+    if endpoint is not None:
+        if endpoint.base_url.rstrip("/") != base_url.rstrip("/"):
+            raise EndpointError(
+                f"endpoint {endpoint.name!r} now points at {endpoint.base_url or 'no URL'}, "
+                f"not at {base_url} as when this job was queued; run the job again"
+            )
+        return api_key_of(endpoint)
+    name = env if os.environ.get(env) else "WORLD_MODEL_API_KEY"
+    value = os.environ.get(name)
+    if value and env_key_allowed(name, base_url):
+        return value
+    return KEYLESS
 
 
 # ---- managing --------------------------------------------------------------------------------
@@ -209,7 +288,8 @@ def api_key_of(endpoint: ModelEndpoint | None, *, fallback: str = "EMPTY") -> st
 
 @dataclass(frozen=True)
 class EndpointData:
-    """A validated endpoint form. `api_key`: None keeps the stored key, "" removes it."""
+    """A validated endpoint form. `api_key`: None keeps the stored key (unless the URL or
+    kind changes), "" removes it, text replaces it; `api_key_env` names a variable instead."""
 
     name: str
     role: str
@@ -225,22 +305,38 @@ class EndpointData:
     supports_n: bool = True
 
 
+@dataclass(frozen=True)
+class SavedEndpoint:
+    endpoint: ModelEndpoint
+    key_dropped: bool  # a stored key was removed because the URL or kind changed
+
+
 def save_endpoint(
     project: Project, data: EndpointData, *, endpoint: ModelEndpoint | None = None, user=None
-) -> ModelEndpoint:
+) -> SavedEndpoint:
+    key_dropped = False
     with transaction.atomic():
+        old_role = None
         if endpoint is None:
             endpoint = ModelEndpoint(project=project, created_by=user)
             endpoint.is_default = not project.endpoints.filter(role=data.role).exists()
-        elif endpoint.role != data.role:
-            endpoint.is_default = False
+        else:
+            moved = (endpoint.base_url, endpoint.kind) != (data.base_url, data.kind)
+            if endpoint.role != data.role:
+                old_role = endpoint.role if endpoint.is_default else None
+                endpoint.is_default = (
+                    not project.endpoints.filter(role=data.role).exclude(pk=endpoint.pk).exists()
+                )
+            if moved and data.api_key is None and endpoint.api_key_encrypted:
+                # a key typed for one server is never sent to another
+                endpoint.api_key_encrypted = ""
+                key_dropped = True
         for field in (
             "name",
             "role",
             "kind",
             "base_url",
             "model",
-            "api_key_env",
             "temperature",
             "top_p",
             "max_tokens",
@@ -248,16 +344,24 @@ def save_endpoint(
             "supports_n",
         ):
             setattr(endpoint, field, getattr(data, field))
-        if data.api_key is not None:
-            endpoint.api_key_encrypted = encrypt(data.api_key) if data.api_key else ""
-        if endpoint.api_key_encrypted:
-            endpoint.api_key_env = ""  # one source of truth for the key
+        # one source of truth for the key: a typed key, else the variable, else what is stored
+        if data.api_key:
+            endpoint.api_key_encrypted, endpoint.api_key_env = encrypt(data.api_key), ""
+        elif data.api_key == "" or data.api_key_env:
+            endpoint.api_key_encrypted, endpoint.api_key_env = "", data.api_key_env
+        else:
+            endpoint.api_key_env = ""
         endpoint.tested_at = None  # what was tested is not what is saved
         endpoint.test_ok = None
         endpoint.test_latency_ms = None
         endpoint.test_detail = ""
+        endpoint.test_pending = False
         endpoint.save()
-    return endpoint
+        if old_role is not None:
+            successor = endpoints_for(project, old_role).first()
+            if successor is not None:
+                make_default(successor)
+    return SavedEndpoint(endpoint, key_dropped)
 
 
 def make_default(endpoint: ModelEndpoint) -> None:

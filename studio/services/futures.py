@@ -1,27 +1,39 @@
-"""The futures of one fork at a glance: the N children of a branch at one step, their
-observations at a step grouped into outcomes (the same meaning first, then near-duplicates),
-with each outcome's count and share, a representative, and its diff against the recorded
-observation. Failed futures and malformed outputs are counted apart, never in an outcome.
+"""The futures of one fork at a glance: the simulated children of a branch at one step that
+were given the same action, their observations at a step grouped into outcomes (the same
+meaning first, then near-duplicates), with each outcome's count and share, a representative,
+and its diff against the recorded observation. Failed futures and malformed outputs are
+counted apart, never in an outcome. Futures of different actions are different experiments:
+each action at the fork has its own summary (`ActionGroup`, `?action=` on the page).
+Recorded alternatives (a ToolBench search's explored branches) are not futures.
 
 Plain data: `studio.presenters.futures` draws the bar chart."""
 
 from __future__ import annotations
 
-import difflib
+import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 
+from inference.simulation.meaning import canonical_json, json_value, normalise_text
 from studio.models import Branch, Step
-from studio.models.trajectories import BranchStatus, ParseStatus
+from studio.models.trajectories import BranchOrigin, BranchStatus, ParseStatus
 from studio.services.diffs import (
+    WORD_DIFF_LIMIT,
     MeaningDiff,
     meaning_diff,
     meaning_key,
     meaning_similarity,
-    normalise_text,
+    token_similarity,
+    tokens_of,
 )
 
 # Two observations this similar (formatting ignored) are near-duplicates: the same outcome.
 NEAR_DUPLICATE = 0.9
+# Full comparisons of near-duplicate candidates per summary (64 distinct futures would be
+# 2016 pairs); past it the remaining outcomes stay exact groups, and the page says so.
+NEAR_PAIR_BUDGET = 400
+# Token lists longer than this are compared with difflib's junk heuristic (see diffs).
+NEAR_AUTOJUNK_TOKENS = 1000
 MALFORMED = (ParseStatus.NO_TAG, ParseStatus.UNCLOSED)
 
 
@@ -42,16 +54,39 @@ class Outcome:
 
 
 @dataclass
+class ActionGroup:
+    """The futures of a fork given one action (the same meaning)."""
+
+    key: str  # a short stable id of the action's meaning, for ?action=
+    action: str  # as the first of them has it
+    branches: list[Branch]
+    edited: bool  # not the recorded action
+
+    @property
+    def size(self) -> int:
+        return len(self.branches)
+
+    @property
+    def short(self) -> str:
+        from studio.services.simulation import short_action
+
+        return short_action(self.action) or "(no action)"
+
+
+@dataclass
 class FutureSummary:
     parent: Branch
     fork_index: int
     at: int  # the step whose observations are grouped
-    children: list[Branch]
+    children: list[Branch]  # the futures summarised: those of `action`
+    actions: list[ActionGroup] = field(default_factory=list)  # every action, largest first
+    action: ActionGroup | None = None
     outcomes: list[Outcome] = field(default_factory=list)
     malformed: list[Branch] = field(default_factory=list)  # no or unclosed tag
     failed: list[Branch] = field(default_factory=list)  # failed, or no step there
     unfinished: list[Branch] = field(default_factory=list)  # queued, running, cancelled
     recorded: Step | None = None  # the recorded observation at `at`, when there is one
+    near_incomplete: bool = False  # NEAR_PAIR_BUDGET ran out before every pair was checked
 
     @property
     def counted(self) -> int:
@@ -71,26 +106,104 @@ def _label(i: int) -> str:
     return label
 
 
-def _near(a: str, b: str) -> bool:
-    """Similar enough to be one outcome (cheap upper bounds first)."""
-    x, y = normalise_text(a), normalise_text(b)
-    matcher = difflib.SequenceMatcher(None, x, y, autojunk=False)
-    if matcher.real_quick_ratio() < NEAR_DUPLICATE or matcher.quick_ratio() < NEAR_DUPLICATE:
-        return False
-    return meaning_similarity(a, b) >= NEAR_DUPLICATE
+def action_key(action: str) -> str:
+    return hashlib.sha1(meaning_key(action).encode()).hexdigest()[:10]
 
 
-def summarise_fork(parent: Branch, fork_index: int, *, at: int | None = None) -> FutureSummary:
-    """Group the observations at step `at` (default: the fork step) of `parent`'s children
-    forked at `fork_index`."""
-    at = fork_index if at is None else at
-    children = list(
-        Branch.objects.filter(parent=parent, fork_index=fork_index).order_by("sample_index", "pk")
+class _Compared:
+    """One observation as the near-duplicate test compares it (`meaning_similarity`'s
+    tokens), each token list and its counts computed once however many pairs it is in."""
+
+    def __init__(self, text: str):
+        is_json, value = json_value(text)
+        self.canonical = canonical_json(value) if is_json else None
+        self.normal = normalise_text(text)
+        self._tokens: dict[tuple[bool, bool], tuple[list[str], Counter[str]]] = {}
+
+    def tokens(self, as_json: bool, lines: bool) -> tuple[list[str], Counter[str]]:
+        key = (as_json, lines)
+        if key not in self._tokens:
+            text = self.canonical if as_json and self.canonical is not None else self.normal
+            toks = tokens_of(text, lines=lines)
+            self._tokens[key] = (toks, Counter(toks))
+        return self._tokens[key]
+
+    def text(self, as_json: bool) -> str:
+        return self.canonical if as_json and self.canonical is not None else self.normal
+
+
+def _near(a: _Compared, b: _Compared) -> tuple[bool, bool]:
+    """(similar enough to be one outcome, a full comparison was needed). Upper bounds on
+    the same tokens as the similarity first: lengths, then shared token counts."""
+    as_json = a.canonical is not None and b.canonical is not None
+    lines = len(a.text(as_json)) + len(b.text(as_json)) > WORD_DIFF_LIMIT
+    (ta, ca), (tb, cb) = a.tokens(as_json, lines), b.tokens(as_json, lines)
+    total = len(ta) + len(tb)
+    if not total:
+        return True, False
+    if 2.0 * min(len(ta), len(tb)) / total < NEAR_DUPLICATE:
+        return False, False
+    if 2.0 * sum((ca & cb).values()) / total < NEAR_DUPLICATE:
+        return False, False
+    ratio = token_similarity(ta, tb, autojunk_above=NEAR_AUTOJUNK_TOKENS)
+    return ratio >= NEAR_DUPLICATE, True
+
+
+def _futures_of(parent: Branch, fork_index: int) -> list[Branch]:
+    return list(
+        Branch.objects.filter(parent=parent, fork_index=fork_index)
+        .exclude(origin=BranchOrigin.RECORDED)
+        .select_related("job")
+        .order_by("sample_index", "pk")
     )
-    summary = FutureSummary(parent=parent, fork_index=fork_index, at=at, children=children)
+
+
+def _group_by_action(
+    futures: list[Branch], fork_steps: dict[int, Step], recorded_action: str | None
+) -> list[ActionGroup]:
+    groups: dict[str, ActionGroup] = {}
+    recorded_key = action_key(recorded_action) if recorded_action is not None else None
+    for child in futures:
+        step = fork_steps.get(child.pk)
+        action = step.action if step is not None else (child.job.action if child.job else "")
+        key = action_key(action)
+        if key not in groups:
+            groups[key] = ActionGroup(key, action, [], edited=key != recorded_key)
+        groups[key].branches.append(child)
+    return sorted(groups.values(), key=lambda g: -g.size)  # stable: first seen first
+
+
+def summarise_fork(
+    parent: Branch, fork_index: int, *, at: int | None = None, action: str | None = None
+) -> FutureSummary:
+    """Group the observations at step `at` (default: the fork step) of `parent`'s futures
+    forked at `fork_index` that were given the action whose key is `action` (default: the
+    action most futures were given)."""
+    at = fork_index if at is None else at
+    futures = _futures_of(parent, fork_index)
     root = Branch.objects.get(trajectory_id=parent.trajectory_id, parent__isnull=True)
-    summary.recorded = root.all_steps().filter(index=at).first()
-    steps = {s.branch_id: s for s in Step.objects.filter(branch__in=children, index=at)}
+    recorded_steps = {s.index: s for s in root.all_steps().filter(index__in={at, fork_index})}
+    fork_steps = {s.branch_id: s for s in Step.objects.filter(branch__in=futures, index=fork_index)}
+    recorded_fork = recorded_steps.get(fork_index)
+    actions = _group_by_action(
+        futures, fork_steps, recorded_fork.action if recorded_fork is not None else None
+    )
+    chosen = next((g for g in actions if g.key == action), actions[0] if actions else None)
+    children = chosen.branches if chosen is not None else []
+    summary = FutureSummary(
+        parent=parent,
+        fork_index=fork_index,
+        at=at,
+        children=children,
+        actions=actions,
+        action=chosen,
+        recorded=recorded_steps.get(at),
+    )
+    if at == fork_index:
+        mine = {c.pk for c in children}
+        steps = {pk: s for pk, s in fork_steps.items() if pk in mine}
+    else:
+        steps = {s.branch_id: s for s in Step.objects.filter(branch__in=children, index=at)}
     # exact groups, in the order of first appearance
     groups: dict[str, list[Branch]] = {}
     for child in children:
@@ -107,13 +220,21 @@ def summarise_fork(parent: Branch, fork_index: int, *, at: int | None = None) ->
             groups.setdefault(meaning_key(step.observation), []).append(child)
     # near-duplicates join the largest similar group (groups largest first)
     merged: list[dict] = []
+    budget = NEAR_PAIR_BUDGET
     for members in sorted(groups.values(), key=len, reverse=True):
-        text = steps[members[0].pk].observation
-        target = next(
-            (g for g in merged if _near(steps[g["members"][0].pk].observation, text)), None
-        )
+        compared = _Compared(steps[members[0].pk].observation)
+        target = None
+        for group in merged:
+            if budget <= 0:
+                summary.near_incomplete = True
+                break
+            near, full = _near(group["compared"], compared)
+            budget -= full
+            if near:
+                target = group
+                break
         if target is None:
-            merged.append({"members": list(members), "exact": True})
+            merged.append({"members": list(members), "exact": True, "compared": compared})
         else:
             target["members"].extend(members)
             target["exact"] = False

@@ -52,7 +52,9 @@ class ImportResult:
 
 
 def source_key(parsed: ParsedTrajectory) -> str:
-    """sha256 of the trajectory's content (not its domain or the file it came from)."""
+    """sha256 of the trajectory's content (not its domain or the file it came from). The
+    recorded path only: explored alternatives (ToolBench) do not count, so a file imported
+    before the importer kept them is still known when imported again."""
     canonical = {
         "title": parsed.title,
         "task_instruction": parsed.task_instruction,
@@ -62,11 +64,6 @@ def source_key(parsed: ParsedTrajectory) -> str:
         "tags": sorted(parsed.tags),
         "steps": [_step_key(s) for s in parsed.steps],
     }
-    if parsed.branches:  # only then: the keys of trajectories without any stay as they were
-        canonical["branches"] = [
-            [b.parent, b.fork_index, b.name, [_step_key(s) for s in b.steps]]
-            for b in parsed.branches
-        ]
     text = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 

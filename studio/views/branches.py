@@ -15,6 +15,7 @@ from studio.access import get_branch_for_user, get_trajectory_for_user
 from studio.forms.branching import CompareForm, RenameBranchForm
 from studio.http import HtmxHttpRequest
 from studio.models import Branch, Step
+from studio.models.trajectories import BranchOrigin
 from studio.presenters.futures import outcome_figure
 from studio.presenters.tree import LABEL_LIMIT, build_tree_figure
 from studio.services.branches import (
@@ -99,7 +100,7 @@ def branch_tree(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
     # "Compare all children of one fork" links: children grouped by parent and fork step.
     groups: dict[int, dict[int, int]] = {}
     for n in every:
-        if n.parent_id is not None:
+        if n.parent_id is not None and n.origin != BranchOrigin.RECORDED:  # futures only
             at = groups.setdefault(n.parent_id, {})
             at[n.fork_index] = at.get(n.fork_index, 0) + 1
     for n in by_row:
@@ -139,9 +140,21 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
         diff = form.cleaned_data.get("diff") or "meaning"
         selected: list[Branch] = form.cleaned_data.get("selected") or []
         if form.cleaned_data.get("fork_parent") is not None:
-            summary = summarise_fork(form.cleaned_data["fork_parent"], form.cleaned_data["at"])
-            selected = form.cleaned_data["chosen"] or default_columns(summary)
-            summary_figure = outcome_figure(summary)
+            action = form.cleaned_data.get("action") or None
+            summary = summarise_fork(
+                form.cleaned_data["fork_parent"], form.cleaned_data["at"], action=action
+            )
+            if action and (summary.action is None or summary.action.key != action):
+                form.add_error(
+                    "action",
+                    f"No futures at step {summary.fork_index} of {summary.parent.name!r} were "
+                    "given this action (its futures may have been deleted).",
+                )
+                summary = None
+            else:
+                selected = form.cleaned_data["chosen"] or default_columns(summary)
+                summary_figure = outcome_figure(summary)
+    if asked and form.is_valid():
         comparison = build_comparison(
             trajectory, selected, diff=diff, start=form.cleaned_data["start"]
         )

@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
@@ -47,7 +48,7 @@ def endpoint_create(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     initial = {"role": request.GET.get("role") or EndpointRole.WORLD, "kind": "openai"}
     form = EndpointForm(request.POST or None, project=project, initial=initial)
     if request.method == "POST" and form.is_valid():
-        endpoint = service.save_endpoint(project, form.endpoint_data(), user=request.user)
+        endpoint = service.save_endpoint(project, form.endpoint_data(), user=request.user).endpoint
         messages.success(request, f"Added {endpoint.get_role_display().lower()} {endpoint.name!r}.")
         return redirect("endpoint_list", project_id=project.pk)
     return render(
@@ -64,8 +65,15 @@ def endpoint_edit(request: HtmxHttpRequest, endpoint_id: int) -> HttpResponse:
     project = endpoint.project
     form = EndpointForm(request.POST or None, project=project, endpoint=endpoint)
     if request.method == "POST" and form.is_valid():
-        service.save_endpoint(project, form.endpoint_data(), endpoint=endpoint)
+        saved = service.save_endpoint(project, form.endpoint_data(), endpoint=endpoint)
         messages.success(request, f"Saved {endpoint.name!r}.")
+        if saved.key_dropped:
+            messages.warning(
+                request,
+                f"The API key stored for {endpoint.name!r} was removed: it was given for its "
+                "old server, and a key is only sent where it was given. Type it again if the "
+                "new server needs it.",
+            )
         return redirect("endpoint_list", project_id=project.pk)
     return render(
         request,
@@ -119,7 +127,9 @@ def endpoint_test(request: HtmxHttpRequest, endpoint_id: int) -> HttpResponse:
     is loaded by a gpu worker (the page polls the row until it answers)."""
     endpoint, membership = get_endpoint_for_user(request, endpoint_id, edit=True)
     if endpoint.kind == "hf":
-        ModelEndpoint.objects.filter(pk=endpoint.pk).update(test_pending=True)
+        ModelEndpoint.objects.filter(pk=endpoint.pk).update(
+            test_pending=True, tested_at=timezone.now()
+        )
         enqueue_endpoint_probe(endpoint.pk)
     else:
         probe = service.probe_retrieval if endpoint.kind == "retrieval" else service.probe_chat
@@ -134,7 +144,7 @@ def endpoint_row(request: HtmxHttpRequest, endpoint_id: int) -> HttpResponse:
     """The row alone, polled while a test runs in a worker; reading never writes."""
     endpoint, membership = get_endpoint_for_user(request, endpoint_id)
     response = _row(request, endpoint, membership)
-    if not endpoint.test_pending:
+    if not endpoint.test_pending or endpoint.test_unanswered:
         return HttpResponseStopPolling(response.content)
     return response
 

@@ -15,7 +15,7 @@ from inference.simulation.request import ForkFacts
 from studio.access import get_branch_for_user, get_simulation_job_for_user
 from studio.forms.branching import ACTION_SNIPPETS, SimulateForm, pretty_json_or_none
 from studio.http import HtmxHttpRequest
-from studio.models import SimulationJob, Step
+from studio.models import JobStatus, SimulationJob, Step
 from studio.models.trajectories import ParseStatus
 from studio.services import jobs, simulation
 from studio.tasks import enqueue_simulation
@@ -132,10 +132,12 @@ def _job_context(job: SimulationJob, membership) -> dict:
                 "progress": (job.live or {}).get(str(b.sample_index), {}),
             }
         )
-    # The job row is read after its branches: a worker starts the branches with the job and
-    # settles them with it (one transaction each), so the page never shows branches further
-    # along than their job (running under a queued job, finished under a running one).
-    job.refresh_from_db()
+    # The job row was read before its branches, so whatever it says was true of all that
+    # is shown (a finished job's steps are all written: the page may stop polling). One
+    # case reads newer: branches claimed since (a worker starts them with their job, in
+    # one transaction) under a row still queued. The job was running then: say so.
+    if job.status == JobStatus.QUEUED and any(b.status != "queued" for b in branches):
+        job.status = JobStatus.RUNNING
     done = job.is_finished
     counts: dict[str, int] = {}
     for b in branches:

@@ -44,7 +44,8 @@ class Command(BaseCommand):
             "--backend",
             choices=list(limits.BACKENDS),
             default=None,
-            help="or a world model given here, without an endpoint (key: WORLD_MODEL_API_KEY)",
+            help="or a world model given here, without an endpoint (key: WORLD_MODEL_API_KEY, "
+            "sent only when --base-url is under WORLD_MODEL_BASE_URL)",
         )
         parser.add_argument("--model", default="")
         parser.add_argument("--base-url", default="")
@@ -129,6 +130,7 @@ class Command(BaseCommand):
             agent_input,
             default_endpoint,
             get_endpoint,
+            sampling_defaults,
             world_input,
         )
 
@@ -149,6 +151,10 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if world is not None:
             data.update(world_input(world))
+            # the endpoint's default sampling, where no flag was given (as the form does)
+            for key, value in sampling_defaults(world).items():
+                if data.get(key) is None:
+                    data[key] = value
         if agent is not None:
             data.update(agent_input(agent))
         return world, agent
