@@ -263,6 +263,18 @@ def perturbation_section(perturbation: str) -> str:
     )
 
 
+PERTURBATION_NOTE = """
+
+**Simulation note:** for this turn only, the environment deviates from its normal \
+behaviour: {instruction}. Write the observation the environment returns in that case, in its \
+usual format, without mentioning this note."""
+
+
+def perturbation_note(instruction: str) -> str:
+    """Appended to one turn's prompt: a prompted perturbation of that turn only."""
+    return PERTURBATION_NOTE.format(instruction=instruction.strip().rstrip("."))
+
+
 def build_system_prompt(
     domain: str,
     tools: Sequence[Any] | None = None,

@@ -12,6 +12,7 @@ from studio.models import (
     Branch,
     Membership,
     ModelEndpoint,
+    Perturbation,
     Project,
     Role,
     SimulationJob,
@@ -115,3 +116,13 @@ def get_endpoint_for_user(
     elif edit:
         require_edit(membership)
     return endpoint, membership
+
+
+def get_perturbation_for_user(
+    request: HttpRequest, pk: int, *, edit: bool = False
+) -> tuple[Perturbation, Membership]:
+    entry = get_object_or_404(Perturbation.objects.select_related("project"), pk=pk)
+    membership = membership_for(request, entry.project_id)
+    if edit and not membership.can_edit:
+        raise PermissionDenied("Annotators can read the perturbation library but not change it.")
+    return entry, membership

@@ -21,4 +21,5 @@ urlpatterns = [
     path("", include("studio.views.simulation")),
     path("", include("studio.views.branches")),
     path("", include("studio.views.endpoints")),
+    path("", include("studio.views.perturbations")),
 ]

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from studio.models import ImportJob, JobStatus, SimulationJob, Step
+from studio.models import ImportJob, JobStatus, Perturbation, SimulationJob, Step
 from tests.support.branching import make_child, make_job, make_trajectory
 
 WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER)\b", re.I)
@@ -30,6 +30,7 @@ def test_every_page_of_a_project_only_reads(researcher_client, project, settings
     )
     ImportJob.objects.filter(pk=imp.pk).update(heartbeat_at=long_ago)
     step = Step.objects.filter(branch=child).first()
+    perturbation = Perturbation.objects.create(project=project, name="Cut", kind="truncated")
     urls = [
         reverse("project_list"),
         reverse("library", args=[project.pk]),
@@ -45,6 +46,11 @@ def test_every_page_of_a_project_only_reads(researcher_client, project, settings
         reverse("branch_tree", args=[traj.pk]),
         reverse("branch_compare", args=[traj.pk]) + f"?b={root.pk}&b={child.pk}",
         reverse("branch_delete", args=[child.pk]),
+        reverse("branch_export", args=[child.pk]),
+        reverse("perturbation_list", args=[project.pk]),
+        reverse("perturbation_create", args=[project.pk]),
+        reverse("perturbation_edit", args=[perturbation.pk]),
+        reverse("library", args=[project.pk]) + "?perturbation=*",
     ]
     for url in urls:
         for headers in ({}, {"HX-Request": "true"}):

@@ -7,7 +7,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from studio.models import JobStatus, SimulationJob
+from inference.perturbations import TRUNCATION_MARKER
+from studio.models import JobStatus, SimulationJob, Step
 from studio.services.endpoints import EndpointData, save_endpoint
 from tests.support.fake_openai import fake_openai_server
 from tests.support.jobs import make_trajectory
@@ -66,6 +67,42 @@ def test_simulate_runs_a_named_endpoint(project, default_worker):
     job = SimulationJob.objects.get()
     assert job.world_endpoint.name == "lab vLLM" and (job.backend, job.model) == ("openai", "w")
     assert "model 'lab vLLM'" in out.getvalue() and "Flask 3.0.2" in out.getvalue()
+
+
+def test_simulate_perturbs_with_a_spec_through_the_worker(project, default_worker):
+    trajectory = make_trajectory(project)
+    out = StringIO()
+    call_command(
+        "simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--mode", "replay",
+        "--backend", "retrieval", "--perturbation", "truncated:chars=10", "--wait",
+        "--timeout", "90", stdout=out,
+    )  # fmt: skip
+    job = SimulationJob.objects.get()
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    steps = list(Step.objects.filter(branch__job=job).order_by("index"))
+    assert len(steps) == 4
+    for step in steps:  # every step at most 10 characters plus the marker, and says so
+        body = step.observation.removesuffix(TRUNCATION_MARKER)
+        assert len(body) <= 10
+        assert step.meta["perturbation"]["label"] == "truncated:chars=10"
+    cut = [s for s in steps if s.observation.endswith(TRUNCATION_MARKER)]
+    assert cut and all(s.observation_source == "perturbed" for s in cut)
+    assert "[perturbed: truncated:chars=10 (deterministic)]" in out.getvalue()
+
+
+def test_simulate_rejects_bad_perturbations(project):
+    trajectory = make_trajectory(project)
+    with pytest.raises(CommandError, match=r"--perturbation: perturbation 'truncated:chars=x'"):
+        call_command(
+            "simulate", "--trajectory", str(trajectory.pk), "--step", "0",
+            "--perturbation", "truncated:chars=x",
+        )  # fmt: skip
+    with pytest.raises(CommandError, match="--perturbation: .*cannot follow a prompted"):
+        call_command(
+            "simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--backend",
+            "retrieval", "--perturbation", "custom:instruction=the disk is full",
+        )  # fmt: skip
+    assert not SimulationJob.objects.exists()
 
 
 def test_simulate_rejects_bad_arguments(project):

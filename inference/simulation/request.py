@@ -8,16 +8,23 @@ the job row, so a request that was accepted is run exactly as it was checked.
 Input keys (all optional but `fork_index`): `fork_index`, `action` (None: the recorded
 action at the fork), `action_format` (auto | json | text), `mode`, `n`, `max_steps`,
 `temperature`, `top_p`, `max_tokens`, `seed`; the world model: `backend`, `model`,
-`base_url`, `supports_n`; a rollout's agent model: `agent_model`, `agent_base_url`."""
+`base_url`, `supports_n`; a rollout's agent model: `agent_model`, `agent_base_url`;
+`perturbations` (a list of rules, see `inference.perturbations.build_rule`) and
+`perturbation_seed` (their draws; blank: the sampling seed, else a new random one, which the
+request then carries so a job rebuilt from its row draws the same); `sweep` (2 to
+`perturbations.MAX_SWEEP` perturbations applied at the fork step, each to its own `n`
+futures: the request then has n x K futures, sample s under sweep[s // n])."""
 
 from __future__ import annotations
 
 import json
 import math
+import random
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from inference import perturbations as perturbing
 from inference.simulation import limits
 from inference.simulation.meaning import same_meaning
 
@@ -38,6 +45,9 @@ FIELDS = (
     "supports_n",
     "agent_model",
     "agent_base_url",
+    "perturbations",
+    "perturbation_seed",
+    "sweep",
 )
 
 
@@ -123,6 +133,40 @@ class SimulationRequest:
     )
     edited: bool = False  # the action differs from the recorded one (or the step is new)
     agent: AgentChoice | None = None  # rollouts of more than one step
+    perturbations: tuple[perturbing.Rule, ...] = ()
+    perturbation_seed: int = 0  # the rules' draws (`perturbations.choose`)
+    sweep: tuple[perturbing.Perturbation, ...] = ()  # n // len(sweep) futures each
+
+    @property
+    def samples_per_perturbation(self) -> int:
+        return self.n // len(self.sweep) if self.sweep else self.n
+
+    def perturbation_for(
+        self, sample: int, index: int, action: str
+    ) -> perturbing.Perturbation | None:
+        """What perturbs future `sample` at step `index`: its sweep entry at the fork step,
+        else the first rule that matches and draws it."""
+        if self.sweep and index == self.fork_index:
+            return self.sweep[min(sample // self.samples_per_perturbation, len(self.sweep) - 1)]
+        if not self.perturbations:
+            return None
+        return perturbing.choose(
+            self.perturbations,
+            seed=self.perturbation_seed,
+            sample=sample,
+            index=index,
+            action=action,
+        )
+
+    def surely_perturbed_at_fork(self, sample: int) -> perturbing.Perturbation | None:
+        """The perturbation future `sample` certainly gets at the fork (a sweep entry or a
+        rule with probability 1), for its name; None when none or only by chance."""
+        if self.sweep:
+            return self.perturbation_for(sample, self.fork_index, self.action)
+        for rule in self.perturbations:
+            if rule.matches(self.fork_index, self.action):
+                return rule.perturbation if rule.probability >= 1 else None
+        return None
 
     @property
     def backend(self) -> str:
@@ -175,6 +219,28 @@ class SimulationRequest:
             seed=v.integer("seed", 0, limits.MAX_SEED, default=None),
         )
         world_model = v.world_model(defaults)
+        rules = v.perturbations(world_model)
+        sweep = v.sweep(world_model)
+        if sweep and n is not None:
+            if n * len(sweep) > limits.MAX_FUTURES:
+                v.error(
+                    "n",
+                    f"a sweep runs N futures per perturbation: {len(sweep)} x {n} = "
+                    f"{n * len(sweep)} futures, more than {limits.MAX_FUTURES}",
+                )
+            n = n * len(sweep)
+        perturbation_seed = v.integer("perturbation_seed", 0, limits.MAX_SEED, default=None)
+        if perturbation_seed is None:
+            # Draws happen only for rules with a probability below 1; without one the seed
+            # is unused and stays 0, so the same input builds the same request.
+            drawn = any(rule.probability < 1 for rule in rules)
+            perturbation_seed = (
+                sampling.seed
+                if sampling.seed is not None
+                else random.randrange(limits.MAX_SEED)
+                if drawn
+                else 0
+            )
         v.raise_if_invalid()
         assert fork_index is not None and n is not None and max_steps is not None
         edited = action_is_edited(fork.recorded_action, action)
@@ -192,6 +258,9 @@ class SimulationRequest:
             world_model=world_model,
             edited=edited,
             agent=agent,
+            perturbations=rules,
+            perturbation_seed=perturbation_seed,
+            sweep=sweep,
         )
 
 
@@ -362,6 +431,72 @@ class _Validator:
         if not model:
             self.error("agent_model", "the agent model needs a served model name")
         return AgentChoice(model, base_url)
+
+    def perturbations(self, world_model: WorldModelChoice) -> tuple[perturbing.Rule, ...]:
+        try:
+            rules = perturbing.build_rules(self.data.get("perturbations"))
+        except perturbing.PerturbationError as exc:
+            self.error("perturbations", str(exc))
+            return ()
+        if world_model.backend not in limits.BACKENDS_NEEDING_MODEL:
+            for rule in rules:
+                if rule.perturbation.mode == perturbing.PROMPTED:
+                    self.error(
+                        "perturbations",
+                        f"{rule.perturbation.label}: the {world_model.backend} baseline "
+                        "cannot follow a prompted perturbation's instruction; apply it "
+                        "deterministically or pick a world model",
+                    )
+                    break
+        return rules
+
+    def sweep(self, world_model: WorldModelChoice) -> tuple[perturbing.Perturbation, ...]:
+        raw = self.data.get("sweep")
+        if raw is None or raw == [] or raw == "":
+            return ()
+        if not isinstance(raw, list | tuple):
+            self.error("sweep", "sweep must be a list of perturbations")
+            return ()
+        if not 2 <= len(raw) <= perturbing.MAX_SWEEP:
+            self.error(
+                "sweep",
+                f"a sweep compares 2 to {perturbing.MAX_SWEEP} perturbations, got {len(raw)}",
+            )
+            return ()
+        out = []
+        for i, item in enumerate(raw):
+            where = f"sweep[{i}]"
+            if not isinstance(item, Mapping):
+                self.error("sweep", f"{where} must be an object")
+                return ()
+            try:
+                p = perturbing.build(
+                    item.get("kind"),
+                    item.get("params"),
+                    item.get("mode", "deterministic"),
+                    item.get("name", ""),
+                    where,
+                )
+            except perturbing.PerturbationError as exc:
+                self.error("sweep", str(exc))
+                return ()
+            if (
+                p.mode == perturbing.PROMPTED
+                and world_model.backend not in limits.BACKENDS_NEEDING_MODEL
+            ):
+                self.error(
+                    "sweep",
+                    f"{where} ({p.label}): the {world_model.backend} baseline cannot follow a "
+                    "prompted perturbation's instruction; apply it deterministically or pick "
+                    "a world model",
+                )
+                return ()
+            out.append(p)
+        labels = [p.label for p in out]
+        if len(set(labels)) != len(labels):
+            self.error("sweep", "a sweep's perturbations must differ (two are the same)")
+            return ()
+        return tuple(out)
 
     def world_model(self, defaults: Defaults) -> WorldModelChoice:
         backend = self.choice("backend", limits.BACKENDS, default=defaults.backend)

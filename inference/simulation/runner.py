@@ -26,10 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from inference import perturbations as perturbing
 from inference.agent import AgentDecision, AgentError, agent_turn_messages, build_agent_messages
 from inference.backends.errors import BackendError
 from inference.parsing import parse_prediction
-from inference.prompts import current_message, history_messages, turn_pair
+from inference.prompts import current_message, history_messages, perturbation_note, turn_pair
 from inference.simulation import limits
 from inference.simulation.request import InvalidRequest, SimulationRequest
 from inference.simulation.sink import (
@@ -38,7 +39,9 @@ from inference.simulation.sink import (
     EDITED,
     FAILED,
     NO_OBSERVATION,
+    PERTURBED_OBSERVATION,
     REPLAYED,
+    SIMULATED_OBSERVATION,
     SUCCEEDED,
     LiveProgress,
     RunOutcome,
@@ -47,7 +50,15 @@ from inference.simulation.sink import (
     Totals,
 )
 from inference.simulation.world import WorldContext, current_turn
-from inference.types import Backend, GenerationRequest, Message, SamplingParams, StreamEvent, Turn
+from inference.types import (
+    Backend,
+    Completion,
+    GenerationRequest,
+    Message,
+    SamplingParams,
+    StreamEvent,
+    Turn,
+)
 
 BASELINE_NOTE = "retrieval (non-neural)"
 
@@ -326,12 +337,29 @@ class SimulationRunner:
         """One world-model turn for every future in `actions`, in one backend call.
         `recorded_context`: the recorded step at `index` (its state, its verbatim turn
         prompt) still describes this turn; not so once an agent took the future elsewhere."""
-        futures = [f for f in self.futures if f.alive and f.sample in actions]
+        everyone = [f for f in self.futures if f.alive and f.sample in actions]
         context = self.world.recorded_at(index) if recorded_context else None
         task = self.world.task_instruction
+        chosen = {f.sample: self._perturbation(f, index, actions[f.sample]) for f in everyone}
+        # A perturbation that replaces the observation whatever it was needs no model call.
+        answered: set[int] = set()
+        for f in everyone:
+            p = chosen[f.sample]
+            if (
+                p is not None
+                and p.mode == perturbing.DETERMINISTIC
+                and p.kind in perturbing.REPLACING
+            ):
+                current = current_turn(context, actions[f.sample])
+                self._record(f, index, current, provenance, p, None, 0.0)
+                answered.add(f.sample)
+        futures = [f for f in everyone if f.sample not in answered]
+        if not futures:
+            self._report_totals()
+            return
         currents = [current_turn(context, actions[f.sample]) for f in futures]
         tails = [
-            [*f.suffix, current_message(self._turn_number(f), cur, task)]
+            [*f.suffix, self._asking(self._turn_number(f), cur, task, chosen[f.sample])]
             for f, cur in zip(futures, currents, strict=True)
         ]
         sampling = self.request.sampling
@@ -389,56 +417,107 @@ class SimulationRunner:
             if completion.finish_reason == "error":
                 self._fail(f, completion.error or "the backend returned an error")
                 continue
+            self._record(f, index, current, provenance, chosen[f.sample], completion, wall)
+        self._report_totals()
+
+    def _perturbation(self, f: _Future, index: int, action: str) -> perturbing.Perturbation | None:
+        return self.request.perturbation_for(f.sample, index, action)
+
+    @staticmethod
+    def _asking(
+        number: int, current: Turn, task: str, p: perturbing.Perturbation | None
+    ) -> Message:
+        """The turn's prompt; a prompted perturbation adds its instruction for this turn
+        only (the history the next turns see keeps the plain prompt)."""
+        message = current_message(number, current, task)
+        if p is not None and p.mode == perturbing.PROMPTED:
+            message = {
+                **message,
+                "content": message["content"] + perturbation_note(perturbing.instruction(p)),
+            }
+        return message
+
+    def _record(
+        self,
+        f: _Future,
+        index: int,
+        current: Turn,
+        provenance: str,
+        p: perturbing.Perturbation | None,
+        completion: Completion | None,
+        wall: float,
+    ) -> None:
+        """Store one finished step of `f` and extend its history with it. `completion` is
+        None when a deterministic perturbation answered without the model."""
+        meta: dict = {"backend": self.request.backend, "model": self.request.world_model.model}
+        if completion is None:
+            thinking, raw_output, status, observation = "", "", "ok", ""
+            meta = {"model_call": False}
+            timings: dict = {}
+        else:
             parsed = parse_prediction(completion.text)
-            meta: dict = {"backend": self.request.backend, "model": self.request.world_model.model}
+            thinking, raw_output = parsed.thinking, completion.text
+            status, observation = str(parsed.status), parsed.observation
             if not self.is_neural:
                 meta["baseline"] = BASELINE_NOTE
             if completion.finish_reason == "length":
                 meta["truncated"] = True
-            if f.decision is not None:
-                meta["agent_thinking"] = f.decision.thought
-                meta["agent_raw"] = f.decision.raw
-                f.decision = None
-            self.sink.step(
-                f.sample,
-                SimulatedStep(
-                    index=index,
-                    action=current.action,
-                    provenance=provenance,
-                    observation=parsed.observation,
-                    state=current.state,
-                    thinking=parsed.thinking,
-                    raw_output=completion.text,
-                    raw_prompt=current.raw_prompt,
-                    parse_status=str(parsed.status),
-                    meta=meta,
-                    timings={
-                        "duration_s": round(wall, 4),
-                        "prefill_s": round(completion.prefill_s, 4),
-                        "decode_s": round(completion.decode_s, 4),
-                        "tokens_in": completion.tokens_in,
-                        "tokens_out": completion.tokens_out,
-                    },
-                ),
-            )
-            number = self._turn_number(f)
-            done = Turn(
+            timings = {
+                "duration_s": round(wall, 4),
+                "prefill_s": round(completion.prefill_s, 4),
+                "decode_s": round(completion.decode_s, 4),
+                "tokens_in": completion.tokens_in,
+                "tokens_out": completion.tokens_out,
+            }
+        source = SIMULATED_OBSERVATION
+        if p is not None:
+            changed = True
+            if p.mode == perturbing.DETERMINISTIC:
+                perturbed = perturbing.transform(p, observation, self.world.domain)
+                changed = perturbed != observation or completion is None
+                if changed and completion is not None:
+                    meta["unperturbed_observation"] = observation
+                observation = perturbed
+            meta["perturbation"] = {**p.as_dict(), "label": p.label, "changed": changed}
+            if changed:
+                source = PERTURBED_OBSERVATION
+        if f.decision is not None:
+            meta["agent_thinking"] = f.decision.thought
+            meta["agent_raw"] = f.decision.raw
+            f.decision = None
+        self.sink.step(
+            f.sample,
+            SimulatedStep(
+                index=index,
                 action=current.action,
-                observation=parsed.observation,
+                provenance=provenance,
+                observation=observation,
+                observation_source=source,
                 state=current.state,
+                thinking=thinking,
+                raw_output=raw_output,
                 raw_prompt=current.raw_prompt,
-            )
-            f.suffix.extend(turn_pair(number, done, task))
-            if self.agent_prefix:
-                f.agent_suffix.extend(agent_turn_messages(current.action, parsed.observation))
-            f.steps_done += 1
-            self.units_done += 1
-            self.sink.live(
-                f.sample, self._live(f, "step done", completion.text, completion.tokens_out)
-            )
-            if self._last_step(index):
-                self._complete(f)
-        self._report_totals()
+                parse_status=status,
+                meta=meta,
+                timings=timings,
+            ),
+        )
+        number = self._turn_number(f)
+        done = Turn(
+            action=current.action,
+            observation=observation,
+            state=current.state,
+            raw_prompt=current.raw_prompt,
+        )
+        f.suffix.extend(turn_pair(number, done, self.world.task_instruction))
+        if self.agent_prefix:
+            f.agent_suffix.extend(agent_turn_messages(current.action, observation))
+        f.steps_done += 1
+        self.units_done += 1
+        tokens = completion.tokens_out if completion is not None else 0
+        self.sink.live(f.sample, self._live(f, "step done", raw_output, tokens))
+        if self._last_step(index):
+            self._complete(f)
 
     def _last_step(self, index: int) -> bool:
         request = self.request

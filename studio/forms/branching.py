@@ -8,10 +8,12 @@ and its messages are shown on the fields they name. Limits, backends and default
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django import forms
 
+from inference import perturbations as perturbing
 from inference.simulation import limits
 from inference.simulation.request import (
     Defaults,
@@ -19,7 +21,7 @@ from inference.simulation.request import (
     InvalidRequest,
     SimulationRequest,
 )
-from studio.models import Domain, EndpointRole, ModelEndpoint
+from studio.models import Domain, EndpointRole, ModelEndpoint, Perturbation
 from studio.models.trajectories import BranchOrigin
 from studio.services.endpoints import (
     agent_input,
@@ -27,6 +29,7 @@ from studio.services.endpoints import (
     sampling_defaults,
     world_input,
 )
+from studio.services.perturbations import rule_input, sweep_input
 
 # The usual shapes of an agent action per domain, offered as snippets in the editor.
 ACTION_SNIPPETS: dict[str, list[tuple[str, str]]] = {
@@ -143,11 +146,56 @@ class SimulateForm(forms.Form):
         help_text="Agent rollout only: the model that proposes each next action.",
     )
 
+    perturbation = forms.ModelChoiceField(
+        queryset=Perturbation.objects.none(),
+        required=False,
+        label="Perturb this step",
+        empty_label="(none)",
+    )
+    perturbation_mode = forms.ChoiceField(
+        choices=[("", "as the library says"), *perturbing.MODES.items()],
+        required=False,
+        label="Applied",
+    )
+    rule_perturbation = forms.ModelChoiceField(
+        queryset=Perturbation.objects.none(),
+        required=False,
+        label="Perturb later steps",
+        empty_label="(none)",
+        help_text="Replay and rollout: a rule over the steps after this one.",
+    )
+    rule_first_step = forms.IntegerField(required=False, min_value=0, label="from step")
+    rule_last_step = forms.IntegerField(required=False, min_value=0, label="to step")
+    rule_tool = forms.CharField(
+        required=False,
+        max_length=200,
+        label="only tool",
+        help_text="Blank: every action. A JSON call's name, or a command's first word.",
+    )
+    rule_probability = forms.FloatField(
+        required=False, label="probability", help_text="0-1; blank: 1 (every matching step)."
+    )
+    sweep = forms.ModelMultipleChoiceField(
+        queryset=Perturbation.objects.none(),
+        required=False,
+        label="Sweep",
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Tick 2 or more: each runs at this step on its own N futures, in one job, "
+        "compared side by side.",
+    )
+
     def __init__(self, *args, fork_index: int, fork: ForkFacts, project, **kwargs):
         super().__init__(*args, **kwargs)
         self.fork_index = fork_index
         self.fork = fork
         self.project = project
+        library = Perturbation.objects.filter(project=project).order_by("name")
+        for name in ("perturbation", "rule_perturbation", "sweep"):
+            field = self.fields[name]
+            assert isinstance(field, forms.ModelChoiceField)
+            field.queryset = library
+        self.has_perturbations = library.exists()
+        self.fields["rule_probability"].widget.attrs.update(step="0.05", min="0", max="1")
         worlds = endpoints_for(project, EndpointRole.WORLD)
         agents = endpoints_for(project, EndpointRole.AGENT)
         world_field = self.fields["world_endpoint"]
@@ -186,8 +234,9 @@ class SimulateForm(forms.Form):
         given = {
             name: data[name]
             for name in self.fields
-            if name in data and name not in ("world_endpoint", "agent_endpoint")
+            if name in data and name not in ("world_endpoint", "agent_endpoint", *LIBRARY_FIELDS)
         }
+        rule_fields = self._perturbation_input(data, given)
         world = data.get("world_endpoint")
         agent = data.get("agent_endpoint")
         if world is not None:
@@ -209,10 +258,67 @@ class SimulateForm(forms.Form):
                     if name in self.fields
                     else None
                 )
+                if name == "perturbations" and rule_fields:
+                    at = re.match(r"perturbations\[(\d+)\]", messages[0])
+                    target = rule_fields[min(int(at.group(1)) if at else 0, len(rule_fields) - 1)]
                 for message in messages:
                     if target is None or target not in self.errors:
                         self.add_error(target, _sentence(message))
         return data
+
+    def _perturbation_input(self, data: dict[str, Any], given: dict[str, Any]) -> list[str]:
+        """The library choices as the request's `perturbations` and `sweep`; returns the
+        form field behind each rule, in order, to show the request's messages on."""
+        mode = data.get("perturbation_mode") or ""
+        rules: list[dict[str, Any]] = []
+        fields: list[str] = []
+        here = data.get("perturbation")
+        if here is not None:
+            rules.append(
+                rule_input(here, mode=mode, first_step=self.fork_index, last_step=self.fork_index)
+            )
+            fields.append("perturbation")
+        later = data.get("rule_perturbation")
+        if later is not None:
+            first = data.get("rule_first_step")
+            rules.append(
+                rule_input(
+                    later,
+                    mode=mode,
+                    first_step=self.fork_index + 1 if first is None else first,
+                    last_step=data.get("rule_last_step"),
+                    tool=(data.get("rule_tool") or "").strip(),
+                    probability=data.get("rule_probability"),
+                )
+            )
+            fields.append("rule_perturbation")
+        elif data.get("rule_probability") is not None or (data.get("rule_tool") or "").strip():
+            self.add_error(
+                "rule_perturbation", "Choose the perturbation these rule fields are for."
+            )
+        swept = list(data.get("sweep") or [])
+        if swept and here is not None:
+            self.add_error(
+                "sweep", "Perturb this step with one perturbation or sweep several, not both."
+            )
+        elif swept:
+            given["sweep"] = sweep_input(swept, mode)
+        if rules:
+            given["perturbations"] = rules
+        return fields
+
+
+# Editor fields that pick from the perturbation library (turned into request input above).
+LIBRARY_FIELDS = (
+    "perturbation",
+    "perturbation_mode",
+    "rule_perturbation",
+    "rule_first_step",
+    "rule_last_step",
+    "rule_tool",
+    "rule_probability",
+    "sweep",
+)
 
 
 # The form always names its models: nothing is filled in behind the user's back.

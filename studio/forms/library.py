@@ -36,6 +36,8 @@ class LibraryFilterForm(forms.Form):
     domain = forms.ChoiceField(required=False, choices=[("", "All domains"), *Domain.choices])
     source = forms.ChoiceField(required=False, choices=[("", "All sources")])
     tag = forms.ChoiceField(required=False, choices=[("", "All tags")])
+    # "*": any perturbed step; else steps perturbed by the perturbation of that label
+    perturbation = forms.ChoiceField(required=False, choices=[("", "Perturbed or not")])
     sort = forms.ChoiceField(required=False, choices=SORT_CHOICES, initial="newest")
     page = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
 
@@ -53,6 +55,15 @@ class LibraryFilterForm(forms.Form):
         tag_field = self.fields["tag"]
         assert isinstance(tag_field, forms.ChoiceField)
         tag_field.choices = [("", "All tags"), *((t, t) for t in tags)]
+        from studio.services.perturbations import labels_in_project
+
+        perturbation_field = self.fields["perturbation"]
+        assert isinstance(perturbation_field, forms.ChoiceField)
+        perturbation_field.choices = [
+            ("", "Perturbed or not"),
+            ("*", "Any perturbed step"),
+            *((label, f"Perturbed by {label}") for label in labels_in_project(project)),
+        ]
 
     def clean_sort(self) -> str:
         return self.cleaned_data.get("sort") or "newest"
@@ -63,4 +74,4 @@ class LibraryFilterForm(forms.Form):
     @property
     def is_filtered(self) -> bool:
         data = getattr(self, "cleaned_data", {})
-        return any(data.get(k) for k in ("q", "domain", "source", "tag"))
+        return any(data.get(k) for k in ("q", "domain", "source", "tag", "perturbation"))

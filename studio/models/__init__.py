@@ -1,5 +1,6 @@
 from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
 from studio.models.jobs import ImportJob, JobStatus, SimulationJob
+from studio.models.perturbations import Perturbation
 from studio.models.projects import Membership, Project, Role
 from studio.models.trajectories import (
     DOMAINS,
@@ -25,6 +26,7 @@ __all__ = [
     "Membership",
     "ModelEndpoint",
     "ObservationSource",
+    "Perturbation",
     "Project",
     "Provenance",
     "Role",

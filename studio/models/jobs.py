@@ -114,6 +114,9 @@ class SimulationJob(JobBase):
     agent_model = models.CharField(max_length=300, blank=True)
     agent_base_url = models.CharField(max_length=500, blank=True)
     queue = models.CharField(max_length=50, default="default")
+    # The perturbation rules it ran (`inference.perturbations.Rule.as_dict`), copied from
+    # the library when submitted; their draws' seed is params["perturbation_seed"].
+    perturbations = models.JSONField(default=list, blank=True)
     cancel_requested = models.BooleanField(default=False)
     # 0..1 over all samples, and a phase: queued, prefill, decoding, agent, saving
     progress = models.FloatField(default=0.0)

@@ -57,10 +57,11 @@ class Outcome:
 class ActionGroup:
     """The futures of a fork given one action (the same meaning)."""
 
-    key: str  # a short stable id of the action's meaning, for ?action=
+    key: str  # a short stable id of the action's meaning (and sweep entry), for ?action=
     action: str  # as the first of them has it
     branches: list[Branch]
     edited: bool  # not the recorded action
+    perturbation: str = ""  # the perturbation these futures had at the fork step
 
     @property
     def size(self) -> int:
@@ -68,6 +69,13 @@ class ActionGroup:
 
     @property
     def short(self) -> str:
+        from studio.services.simulation import short_action
+
+        short = short_action(self.action) or "(no action)"
+        return f"{short} · {self.perturbation}" if self.perturbation else short
+
+    @property
+    def action_short(self) -> str:
         from studio.services.simulation import short_action
 
         return short_action(self.action) or "(no action)"
@@ -89,6 +97,11 @@ class FutureSummary:
     near_incomplete: bool = False  # NEAR_PAIR_BUDGET ran out before every pair was checked
 
     @property
+    def perturbed(self) -> bool:
+        """Some futures had a perturbation at the fork step."""
+        return any(g.perturbation for g in self.actions)
+
+    @property
     def counted(self) -> int:
         """Futures in an outcome: the base of the shares."""
         return sum(o.size for o in self.outcomes)
@@ -106,8 +119,17 @@ def _label(i: int) -> str:
     return label
 
 
-def action_key(action: str) -> str:
-    return hashlib.sha1(meaning_key(action).encode()).hexdigest()[:10]
+def action_key(action: str, perturbation: str = "") -> str:
+    text = meaning_key(action) + (f"\x00{perturbation}" if perturbation else "")
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def _perturbed_under(step: Step | None) -> str:
+    """The perturbation a future had at the fork step ("" for none): futures under different
+    perturbations are different experiments, each with its own outcomes (a sweep's above
+    all)."""
+    perturbation = (step.meta or {}).get("perturbation") if step is not None else None
+    return str(perturbation.get("label", "")) if isinstance(perturbation, dict) else ""
 
 
 class _Compared:
@@ -166,9 +188,11 @@ def _group_by_action(
     for child in futures:
         step = fork_steps.get(child.pk)
         action = step.action if step is not None else (child.job.action if child.job else "")
-        key = action_key(action)
+        swept = _perturbed_under(step)
+        key = action_key(action, swept)
         if key not in groups:
-            groups[key] = ActionGroup(key, action, [], edited=key != recorded_key)
+            edited = action_key(action) != recorded_key
+            groups[key] = ActionGroup(key, action, [], edited=edited, perturbation=swept)
         groups[key].branches.append(child)
     return sorted(groups.values(), key=lambda g: -g.size)  # stable: first seen first
 
@@ -269,9 +293,15 @@ def default_columns(summary: FutureSummary, limit: int = 6) -> list[Branch]:
     if summary.recorded is not None:
         reference = Branch.objects.get(pk=summary.recorded.branch_id)
     columns = [reference]
-    for branch in [*summary.representatives(limit), *summary.malformed, *summary.failed]:
+    candidates = [*summary.representatives(limit), *summary.malformed, *summary.failed]
+    if summary.perturbed:
+        # perturbations at the fork (a sweep): side by side, one future of each (this
+        # one's representative first)
+        others = [g.branches[0] for g in summary.actions if g is not summary.action]
+        candidates = [*summary.representatives(1), *others, *candidates]
+    for branch in candidates:
         if len(columns) == limit:
             break
-        if branch.pk != reference.pk:
+        if branch.pk != reference.pk and branch not in columns:
             columns.append(branch)
     return columns

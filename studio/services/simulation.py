@@ -78,7 +78,16 @@ def start_simulation(
             mode=request.mode,
             n=request.n,
             max_steps=request.max_steps,
-            params=request.sampling.as_dict(),
+            params={
+                **request.sampling.as_dict(),
+                **(
+                    {"perturbation_seed": request.perturbation_seed}
+                    if request.perturbations
+                    else {}
+                ),
+                **({"sweep": [p.as_dict() for p in request.sweep]} if request.sweep else {}),
+            },
+            perturbations=[rule.as_dict() for rule in request.perturbations],
             world_endpoint=world_endpoint,
             backend=request.world_model.backend,
             model=request.world_model.model,
@@ -95,7 +104,13 @@ def start_simulation(
                 parent=branch,
                 fork_index=request.fork_index,
                 lineage=[*(branch.lineage or branch.compute_lineage())],
-                name=future_name(job.pk, i, request.fork_index, request.action),
+                name=future_name(
+                    job.pk,
+                    i,
+                    request.fork_index,
+                    request.action,
+                    request.surely_perturbed_at_fork(i),
+                ),
                 origin=origin,
                 status=BranchStatus.QUEUED,
                 job=job,
@@ -135,11 +150,13 @@ def short_action(action: str) -> str:
     return text if len(text) <= SHORT_ACTION_CHARS else text[: SHORT_ACTION_CHARS - 1] + "…"
 
 
-def future_name(job_id: int, sample: int, fork_index: int, action: str) -> str:
-    """A future's default name: its job, its number and the action at the fork, so sibling
-    branches read apart ("job 12 #3 @4 · ls -la")."""
+def future_name(job_id: int, sample: int, fork_index: int, action: str, perturbation=None) -> str:
+    """A future's default name: its job, its number, the action at the fork and the
+    perturbation it surely had there, so sibling branches read apart ("job 12 #3 @4 · ls -la
+    · Disk full")."""
     short = short_action(action)
-    return f"job {job_id} #{sample + 1} @{fork_index}" + (f" · {short}" if short else "")
+    name = f"job {job_id} #{sample + 1} @{fork_index}" + (f" · {short}" if short else "")
+    return name + (f" · {perturbation.label}" if perturbation is not None else "")
 
 
 def request_input_of(job: SimulationJob) -> dict[str, Any]:
@@ -149,7 +166,8 @@ def request_input_of(job: SimulationJob) -> dict[str, Any]:
         "action": job.action,
         "action_format": "text",
         "mode": job.mode,
-        "n": job.n,
+        # a sweep's n is per perturbation: the job holds n x K futures
+        "n": job.n // max(1, len((job.params or {}).get("sweep") or ())),
         "max_steps": job.max_steps,
         **(job.params or {}),
         "backend": job.backend,
@@ -158,6 +176,7 @@ def request_input_of(job: SimulationJob) -> dict[str, Any]:
         "supports_n": job.world_endpoint.supports_n if job.world_endpoint else True,
         "agent_model": job.agent_model,
         "agent_base_url": job.agent_base_url,
+        "perturbations": job.perturbations or None,
     }
 
 

@@ -100,12 +100,24 @@ def provenance_badge(step) -> SafeString:
         title,
         ACTION_BADGES.get(action, action or "unknown"),
     )
+    perturbation = (getattr(step, "meta", None) or {}).get("perturbation")
+    if not isinstance(perturbation, dict):
+        perturbation = None
+    label = str((perturbation or {}).get("label") or (perturbation or {}).get("kind") or "")
     if action != "recorded" and source in OBSERVATION_BADGES:
+        word = OBSERVATION_BADGES[source]
+        if source == "perturbed" and label:
+            word = f"perturbed: {label}"
+            title = f"{title}: {label} ({perturbation.get('mode', '')})" if perturbation else title
         html += format_html(
-            ' <span class="badge prov obs-{}" title="{}">{}</span>',
-            source,
-            title,
-            OBSERVATION_BADGES[source],
+            ' <span class="badge prov obs-{}" title="{}">{}</span>', source, title, word
+        )
+    if perturbation is not None and perturbation.get("changed") is False:
+        html += format_html(
+            ' <span class="badge prov perturb-noop" title="{}">{}</span>',
+            "The perturbation applied here left the observation as it was "
+            "(e.g. a schema drift of a field the observation does not have).",
+            f"{label}: no effect",
         )
     return html
 

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods
 from studio.access import get_project_for_user, get_trajectory_for_user
 from studio.forms.library import SORTS, LibraryFilterForm
 from studio.http import HtmxHttpRequest
-from studio.models import Project, Step, Trajectory
+from studio.models import ObservationSource, Project, Step, Trajectory
 
 PAGE_SIZE = 25
 
@@ -32,6 +32,14 @@ def search_trajectories(project: Project, data: dict) -> QuerySet[Trajectory]:
         qs = qs.filter(source_format=data["source"])
     if data.get("tag"):
         qs = qs.filter(tags__name=data["tag"])
+    perturbation = data.get("perturbation")
+    if perturbation:
+        perturbed = Step.objects.filter(branch__trajectory=OuterRef("pk"))
+        if perturbation == "*":
+            perturbed = perturbed.filter(observation_source=ObservationSource.PERTURBED)
+        else:
+            perturbed = perturbed.filter(meta__perturbation__label=perturbation)
+        qs = qs.filter(Exists(perturbed))
     q = data.get("q")
     if q:
         step_match = Step.objects.filter(branch__trajectory=OuterRef("pk")).filter(

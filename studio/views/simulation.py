@@ -18,6 +18,7 @@ from studio.http import HtmxHttpRequest
 from studio.models import JobStatus, SimulationJob, Step
 from studio.models.trajectories import ParseStatus
 from studio.services import jobs, simulation
+from studio.services.perturbations import job_perturbations
 from studio.tasks import enqueue_simulation
 
 
@@ -152,6 +153,7 @@ def _job_context(job: SimulationJob, membership) -> dict:
         "counts": counts,
         "n_malformed": sum(r["n_malformed"] for r in rows),
         "can_edit": membership.can_edit,
+        "perturbations": job_perturbations(job),
     }
 
 

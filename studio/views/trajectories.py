@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 from django.db.models.functions import Length, Substr
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import path
 from django.utils.html import format_html
 
-from studio.access import get_step_for_user, get_trajectory_for_user
+from studio.access import get_branch_for_user, get_step_for_user, get_trajectory_for_user
 from studio.http import HtmxHttpRequest
 from studio.models import Branch, Step, Trajectory
 from studio.rendering import render_observation
+from studio.services.exports import export_chunks
 
 STEPS_PER_PAGE = 25
 PREVIEW_CHARS = 32_000
@@ -137,9 +138,20 @@ def step_raw_output(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
     return HttpResponse(format_html('<pre class="obs-text raw-output">{}</pre>', step.raw_output))
 
 
+def branch_export(request: HtmxHttpRequest, branch_id: int) -> StreamingHttpResponse:
+    """The branch as an `agentworld-studio/v1` file, provenance and perturbations kept."""
+    branch, _ = get_branch_for_user(request, branch_id)
+    response = StreamingHttpResponse(export_chunks(branch), content_type="application/json")
+    response["Content-Disposition"] = (
+        f'attachment; filename="trajectory-{branch.trajectory_id}-branch-{branch.pk}.json"'
+    )
+    return response
+
+
 urlpatterns = [
     path("trajectories/<int:trajectory_id>/", trajectory_page, name="trajectory"),
     path("trajectories/<int:trajectory_id>/steps/", trajectory_steps, name="trajectory_steps"),
     path("steps/<int:step_id>/observation/", step_observation, name="step_observation"),
     path("steps/<int:step_id>/raw/", step_raw_output, name="step_raw_output"),
+    path("branches/<int:branch_id>/export/", branch_export, name="branch_export"),
 ]

@@ -53,6 +53,23 @@ class Command(BaseCommand):
         parser.add_argument("--top-p", type=float)
         parser.add_argument("--max-tokens", type=int)
         parser.add_argument("--seed", type=int)
+        parser.add_argument(
+            "--perturbation",
+            action="append",
+            default=[],
+            metavar="SPEC",
+            help="perturb every simulated step: a perturbation of the project's library by "
+            "name, or a kind with parameters such as truncated:chars=40 or "
+            "tool_error:message=Quota exceeded,code=429 (repeatable: the first that applies "
+            "wins)",
+        )
+        parser.add_argument(
+            "--perturbation-mode",
+            choices=["prompted", "deterministic"],
+            default=None,
+            help="how --perturbation applies (default: the library entry's, or deterministic "
+            "where the kind has a transform)",
+        )
         parser.add_argument("--wait", action="store_true", help="wait and print the results")
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
 
@@ -88,6 +105,8 @@ class Command(BaseCommand):
             "base_url": options["base_url"],
         }
         world, agent = self.endpoints(trajectory.project, options, data)
+        if options["perturbation"]:
+            data["perturbations"] = self.perturbations(trajectory.project, options)
         try:
             request = build_request(branch, data)
         except InvalidRequest as exc:
@@ -96,6 +115,7 @@ class Command(BaseCommand):
                 "n": "--n",
                 "agent_model": "--agent-endpoint",
                 "agent_base_url": "--agent-endpoint",
+                "perturbations": "--perturbation",
             }
             raise CommandError(
                 "; ".join(
@@ -159,6 +179,30 @@ class Command(BaseCommand):
             data.update(agent_input(agent))
         return world, agent
 
+    def perturbations(self, project, options) -> list[dict]:
+        """Each --perturbation as a rule over every step: a library entry by name, else a
+        spec (`inference.perturbations.parse_spec`)."""
+        from inference import perturbations as perturbing
+        from studio.models import Perturbation
+        from studio.services.perturbations import rule_input
+
+        mode = options["perturbation_mode"]
+        rules = []
+        for spec in options["perturbation"]:
+            entry = Perturbation.objects.filter(project=project, name=spec).first()
+            if entry is not None:
+                rules.append(rule_input(entry, mode=mode or ""))
+                continue
+            try:
+                p = perturbing.parse_spec(spec, mode)
+            except perturbing.PerturbationError as exc:
+                raise CommandError(
+                    f"--perturbation: {exc}; or name one of project {project.name!r}'s "
+                    "perturbations"
+                ) from None
+            rules.append({**p.as_dict(), "first_step": None, "last_step": None})
+        return rules
+
     def wait(self, job: SimulationJob, timeout: float) -> SimulationJob:
         from studio.services.jobs import silent_for_s
 
@@ -200,6 +244,12 @@ class Command(BaseCommand):
                 self.stdout.write(f"error: {branch.error}")
             for step in branch.steps.order_by("index"):
                 flag = "" if step.parse_status in ("", "well_formed") else f" ({step.parse_status})"
+                perturbed = (step.meta or {}).get("perturbation")
+                if isinstance(perturbed, dict):
+                    effect = "" if perturbed.get("changed", True) else ", no effect"
+                    flag += (
+                        f" [perturbed: {perturbed.get('label')} ({perturbed.get('mode')}{effect})]"
+                    )
                 self.stdout.write(f"step {step.index} action: {step.action}")
                 self.stdout.write(f"step {step.index} predicted observation{flag}:")
                 self.stdout.write(step.observation)

@@ -1,0 +1,665 @@
+"""Perturbations: ways the environment deviates from its normal behaviour, for controllable
+simulation. Plain Python (no Django): the studio's library stores them, the request
+validates them, the runner applies them.
+
+A perturbation has a kind (`KINDS`), parameters, and is applied one of two ways:
+- prompted: its instruction goes into the world model's prompt for that turn, so the model
+  writes a realistic perturbed observation in the domain's own format;
+- deterministic: a transform of the observation text (`transform`), no model needed, so it
+  also works with the retrieval baseline, offline, and on recorded observations.
+
+A `Rule` says where one applies: at which steps, to which tool, with what probability;
+`choose` decides per future and step with a seeded generator, so runs reproduce.
+
+Specs on the command line: `kind` or `kind:param=value,param=value`, e.g.
+`truncated:chars=40` or `tool_error:message=Quota exceeded,code=429`."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PROMPTED = "prompted"
+DETERMINISTIC = "deterministic"
+MODES = {PROMPTED: "prompted (the world model writes it)", DETERMINISTIC: "deterministic"}
+
+TRUNCATION_MARKER = "[…truncated]"
+MAX_PARAM_CHARS = 2000
+MAX_RULES = 8
+MAX_SWEEP = 8
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: type  # str | int | float
+    default: Any
+    help: str
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    label: str
+    params: tuple[Param, ...] = ()
+    deterministic: bool = True  # has a transform (custom has none)
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind(
+            "tool_error",
+            "Tool error",
+            (
+                Param("message", str, "Internal error while running the tool", "the message"),
+                Param("code", int, 500, "the error code", -99999, 99999),
+            ),
+        ),
+        Kind("timeout", "Timeout", (Param("seconds", int, 30, "after how long", 1, 86400),)),
+        Kind(
+            "rate_limit",
+            "Rate limit",
+            (Param("retry_after", int, 60, "seconds until a retry may work", 1, 86400),),
+        ),
+        Kind("empty_result", "Empty result"),
+        Kind(
+            "truncated",
+            "Truncated output",
+            (Param("chars", int, 200, "characters kept", 0, 10_000_000),),
+        ),
+        Kind(
+            "stale",
+            "Stale or outdated result",
+            (Param("age", str, "3 days", "how old the served result is"),),
+        ),
+        Kind(
+            "permission_denied",
+            "Permission denied",
+            (Param("resource", str, "", "what access was refused to (blank: the target)"),),
+        ),
+        Kind(
+            "network_failure",
+            "Network failure",
+            (Param("detail", str, "connection reset by peer", "what failed"),),
+        ),
+        Kind(
+            "schema_drift",
+            "Schema drift",
+            (
+                Param("field", str, "id", "the field that drifted"),
+                Param("rename_to", str, "", "its new name (blank: the field is missing)"),
+            ),
+        ),
+        Kind("malformed_json", "Malformed JSON"),
+        Kind(
+            "custom",
+            "Custom instruction",
+            (Param("instruction", str, "", "what the environment does differently"),),
+            deterministic=False,
+        ),
+    )
+}
+
+
+class PerturbationError(ValueError):
+    """A perturbation or rule that cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    kind: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    mode: str = DETERMINISTIC
+    name: str = ""  # the library entry's name, or the spec it came from
+
+    @property
+    def label(self) -> str:
+        return self.name or spec_of(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "params": dict(self.params),
+            "mode": self.mode,
+            "name": self.name,
+        }
+
+
+def build(
+    kind: Any, params: Any = None, mode: Any = DETERMINISTIC, name: Any = "", where: str = ""
+) -> Perturbation:
+    """Validate one perturbation; every default filled in. `where` prefixes messages."""
+    at = f"{where}: " if where else ""
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise PerturbationError(f"{at}kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    spec = KINDS[kind]
+    if mode not in MODES:
+        raise PerturbationError(f"{at}mode must be prompted or deterministic, got {mode!r}")
+    if mode == DETERMINISTIC and not spec.deterministic:
+        raise PerturbationError(
+            f"{at}a {kind} perturbation has no deterministic form: it is an instruction to "
+            "the world model (choose prompted)"
+        )
+    given = dict(params or {}) if isinstance(params, Mapping) or params is None else None
+    if given is None:
+        raise PerturbationError(f"{at}params must be an object of parameter: value")
+    known = {p.name: p for p in spec.params}
+    unknown = sorted(set(given) - set(known), key=str)
+    if unknown:
+        allowed = ", ".join(known) or "none"
+        raise PerturbationError(
+            f"{at}{kind} has no parameter {unknown[0]!r} (its parameters: {allowed})"
+        )
+    values: dict[str, Any] = {}
+    for p in spec.params:
+        values[p.name] = _param_value(p, given.get(p.name), f"{at}{kind}.{p.name}")
+    if kind == "custom" and not str(values["instruction"]).strip():
+        raise PerturbationError(f"{at}custom.instruction: write what the environment does")
+    if kind == "schema_drift" and not str(values["field"]).strip():
+        raise PerturbationError(f"{at}schema_drift.field: name the field that drifts")
+    if not isinstance(name, str):
+        raise PerturbationError(f"{at}name must be text")
+    return Perturbation(kind=kind, params=values, mode=mode, name=name.strip()[:100])
+
+
+def _param_value(p: Param, raw: Any, where: str) -> Any:
+    if raw is None or (isinstance(raw, str) and not raw.strip() and p.kind is not str):
+        return p.default
+    if p.kind is str:
+        if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+            raise PerturbationError(f"{where} must be text, got {raw!r}")
+        text = str(raw)
+        if len(text) > MAX_PARAM_CHARS:
+            raise PerturbationError(f"{where} is longer than {MAX_PARAM_CHARS} characters")
+        return text
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        number = p.kind(raw.strip() if isinstance(raw, str) else raw)
+        if p.kind is int and isinstance(raw, float) and not raw.is_integer():
+            raise ValueError
+    except (TypeError, ValueError):
+        what = "a whole number" if p.kind is int else "a number"
+        raise PerturbationError(f"{where} must be {what}, got {raw!r}") from None
+    if (p.low is not None and number < p.low) or (p.high is not None and number > p.high):
+        raise PerturbationError(f"{where} must be {p.low:g} to {p.high:g}, got {number}")
+    return number
+
+
+def parse_spec(spec: str, mode: str | None = None) -> Perturbation:
+    """`kind` or `kind:param=value,param=value` (a preset with parameters). The mode is
+    deterministic where the kind has a transform, else prompted, unless given."""
+    text = spec.strip()
+    kind, _, rest = text.partition(":")
+    kind = kind.strip()
+    params: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))) if rest else ():
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise PerturbationError(f"perturbation {spec!r}: {part!r} is not param=value")
+        params[key.strip()] = value.strip()
+    if kind not in KINDS:
+        raise PerturbationError(
+            f"perturbation {spec!r}: unknown kind {kind!r} (kinds: {', '.join(KINDS)})"
+        )
+    chosen = mode or (DETERMINISTIC if KINDS[kind].deterministic else PROMPTED)
+    return build(kind, params, chosen, name="", where=f"perturbation {spec!r}")
+
+
+def spec_of(p: Perturbation) -> str:
+    """The spec that builds `p` again (parameters that differ from their defaults)."""
+    spec = KINDS[p.kind]
+    parts = [
+        f"{q.name}={p.params[q.name]}" for q in spec.params if p.params.get(q.name) != q.default
+    ]
+    return p.kind + (":" + ",".join(parts) if parts else "")
+
+
+# ---- prompted: the instruction for the world model ----------------------------------------
+
+
+def instruction(p: Perturbation) -> str:
+    """What the world model is told for a turn under `p`."""
+    a = p.params
+    texts = {
+        "tool_error": f"the tool fails with error code {a.get('code')} and the message "
+        f"{a.get('message')!r}, reported the way this environment reports errors",
+        "timeout": f"the operation times out after {a.get('seconds')} seconds and returns no "
+        "result, reported the way this environment reports a timeout",
+        "rate_limit": "the request is refused by a rate limit (too many requests); a retry may "
+        f"work after {a.get('retry_after')} seconds",
+        "empty_result": "the operation succeeds but returns an empty result: nothing found, "
+        "no output, no items",
+        "truncated": f"the output is cut off after about {a.get('chars')} characters, as when "
+        "a buffer or a page limit is reached",
+        "stale": f"the result is stale: it reflects the state of about {a.get('age')} ago, "
+        "not the current one (outdated values, missing recent changes), without saying so",
+        "permission_denied": "the action is refused for lack of permission"
+        + (f" to {a.get('resource')}" if a.get("resource") else ""),
+        "network_failure": f"a network failure interrupts the operation ({a.get('detail')})",
+        "schema_drift": f"the response schema has drifted: the field {a.get('field')!r} "
+        + (
+            f"is now called {a.get('rename_to')!r}"
+            if a.get("rename_to")
+            else "is missing from the response"
+        ),
+        "malformed_json": "the response is malformed JSON (cut off, or with a syntax error), "
+        "as a buggy server would send it",
+        "custom": str(a.get("instruction", "")),
+    }
+    return texts[p.kind]
+
+
+# ---- deterministic: transforms of the observation text -------------------------------------
+
+JSON_DOMAINS = {"mcp"}
+# Kinds whose deterministic form replaces the observation whatever it was: the world model
+# is not asked at all for a step they perturb.
+REPLACING = frozenset(
+    {"tool_error", "timeout", "rate_limit", "permission_denied", "network_failure"}
+)
+
+
+def _as_json(text: str) -> tuple[bool, Any]:
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "{[":
+        return False, None
+    try:
+        return True, json.loads(stripped)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def _error(domain: str, code: int | str, message: str) -> str:
+    if domain in JSON_DOMAINS:
+        return json.dumps({"isError": True, "error": {"code": code, "message": message}})
+    if domain in ("terminal", "swe", "os"):
+        return f"{message}\n[exit code {code}]"
+    if domain == "web":
+        return f"Error {code}\n{message}"
+    if domain == "android":
+        return f'Dialog: "{message}" [button: OK]'
+    return f"Error {code}: {message}"
+
+
+def transform(p: Perturbation, observation: str, domain: str) -> str:
+    """The observation as it reads under `p` (deterministic mode). Raises PerturbationError
+    for a kind without a transform."""
+    a = p.params
+    kind = p.kind
+    if kind == "tool_error":
+        return _error(domain, a["code"], a["message"])
+    if kind == "timeout":
+        if domain in ("terminal", "swe", "os"):
+            return f"timeout: the command did not finish within {a['seconds']} s and was killed\n[exit code 124]"
+        return _error(
+            domain, 408 if domain != "mcp" else -32001, f"Request timed out after {a['seconds']} s"
+        )
+    if kind == "rate_limit":
+        return _error(
+            domain, 429, f"Too Many Requests: rate limit exceeded; retry after {a['retry_after']} s"
+        )
+    if kind == "empty_result":
+        is_json, value = _as_json(observation)
+        if is_json:
+            return json.dumps(_emptied(value), ensure_ascii=False)
+        if domain == "search":
+            return "No results found."
+        return ""
+    if kind == "truncated":
+        chars = int(a["chars"])
+        if len(observation) <= chars:
+            return observation
+        return observation[:chars] + TRUNCATION_MARKER
+    if kind == "stale":
+        return f"(cached result, last updated {a['age']} ago)\n{observation}"
+    if kind == "permission_denied":
+        target = a["resource"] or "the requested resource"
+        if domain in ("terminal", "swe", "os"):
+            return f"{target}: Permission denied\n[exit code 1]"
+        return _error(domain, 403, f"Permission denied: {target}")
+    if kind == "network_failure":
+        if domain == "web":
+            return f"This site can't be reached\n{a['detail']}\nERR_CONNECTION_FAILED"
+        return _error(
+            domain, "ENETUNREACH" if domain != "mcp" else -32003, f"Network error: {a['detail']}"
+        )
+    if kind == "schema_drift":
+        is_json, value = _as_json(observation)
+        if not is_json:
+            return observation
+        return json.dumps(_drifted(value, a["field"], a["rename_to"]), ensure_ascii=False)
+    if kind == "malformed_json":
+        text = observation.rstrip()
+        is_json, _ = _as_json(text)
+        if not is_json:
+            return text + "\n}"  # a stray brace: what a buggy serializer appends
+        cut = max(1, (len(text) * 2) // 3)
+        return text[:cut]  # cut off mid-document: no longer parses
+    raise PerturbationError(f"a {kind} perturbation has no deterministic form")
+
+
+def _emptied(value: Any) -> Any:
+    """The same shape with its collections emptied: lists to [], an object keeps its keys
+    with emptied values (so `{"results": [...]}` becomes `{"results": []}`)."""
+    if isinstance(value, list):
+        return []
+    if isinstance(value, dict):
+        return {k: _emptied(v) for k, v in value.items()}
+    if isinstance(value, str):
+        return ""
+    return value
+
+
+def _drifted(value: Any, name: str, rename_to: str) -> Any:
+    if isinstance(value, list):
+        return [_drifted(v, name, rename_to) for v in value]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            v = _drifted(v, name, rename_to)
+            if k == name:
+                if rename_to:
+                    out[rename_to] = v
+                continue
+            out[k] = v
+        return out
+    return value
+
+
+# ---- rules: where a perturbation applies ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    perturbation: Perturbation
+    first_step: int | None = None  # steps first..last (inclusive); None: unbounded
+    last_step: int | None = None
+    tool: str = ""  # only actions calling this tool ("" : every action)
+    probability: float = 1.0
+
+    def matches(self, index: int, action: str) -> bool:
+        if self.first_step is not None and index < self.first_step:
+            return False
+        if self.last_step is not None and index > self.last_step:
+            return False
+        return not self.tool or action_tool(action) == self.tool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.perturbation.as_dict(),
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "tool": self.tool,
+            "probability": self.probability,
+        }
+
+    def where(self) -> str:
+        """The rule's scope in words: 'steps 3-5 · tool search · p=0.5'."""
+        parts = []
+        if self.first_step is not None or self.last_step is not None:
+            if self.first_step == self.last_step:
+                parts.append(f"step {self.first_step}")
+            else:
+                lo = "" if self.first_step is None else self.first_step
+                hi = "" if self.last_step is None else self.last_step
+                parts.append(f"steps {lo}-{hi}")
+        if self.tool:
+            parts.append(f"tool {self.tool}")
+        if self.probability < 1:
+            parts.append(f"p={self.probability:g}")
+        return " · ".join(parts) or "every step"
+
+
+def action_tool(action: str) -> str:
+    """The tool an action calls: a JSON call's `name` (or `tool`, `action_type`), else the
+    first word of a command (`ls -la` -> `ls`, `search[q]` -> `search`)."""
+    is_json, value = _as_json(action)
+    if is_json and isinstance(value, dict):
+        for key in ("name", "tool", "action_type", "action"):
+            if isinstance(value.get(key), str):
+                return value[key]
+        return ""
+    first = action.strip().split(None, 1)[0] if action.strip() else ""
+    for stop in "[(":
+        first = first.split(stop, 1)[0]
+    return first
+
+
+def build_rule(data: Any, where: str) -> Rule:
+    if not isinstance(data, Mapping):
+        raise PerturbationError(f"{where} must be an object")
+    p = build(
+        data.get("kind"),
+        data.get("params"),
+        data.get("mode", DETERMINISTIC),
+        data.get("name", ""),
+        where,
+    )
+    first = _step_bound(data.get("first_step"), f"{where}.first_step")
+    last = _step_bound(data.get("last_step"), f"{where}.last_step")
+    if first is not None and last is not None and last < first:
+        raise PerturbationError(f"{where}: last_step {last} is before first_step {first}")
+    tool = data.get("tool") or ""
+    if not isinstance(tool, str) or len(tool) > 200:
+        raise PerturbationError(f"{where}.tool must be a tool name")
+    probability = data.get("probability", 1.0)
+    if probability is None or probability == "":
+        probability = 1.0
+    try:
+        probability = float(probability)
+    except (TypeError, ValueError):
+        raise PerturbationError(f"{where}.probability must be a number from 0 to 1") from None
+    if not 0 < probability <= 1:
+        raise PerturbationError(
+            f"{where}.probability must be above 0 and at most 1, got {probability:g}"
+        )
+    return Rule(p, first, last, tool.strip(), probability)
+
+
+def _step_bound(value: Any, where: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise PerturbationError(f"{where} must be a step number")
+    try:
+        number = int(value)
+    except ValueError:
+        raise PerturbationError(f"{where} must be a step number, got {value!r}") from None
+    if number < 0:
+        raise PerturbationError(f"{where} must be 0 or more, got {number}")
+    return number
+
+
+def build_rules(data: Any, field_name: str = "perturbations") -> tuple[Rule, ...]:
+    if data is None or data == "":
+        return ()
+    if not isinstance(data, Sequence) or isinstance(data, str):
+        raise PerturbationError(f"{field_name} must be a list of rules")
+    if len(data) > MAX_RULES:
+        raise PerturbationError(f"{field_name}: at most {MAX_RULES} rules, got {len(data)}")
+    return tuple(build_rule(item, f"{field_name}[{i}]") for i, item in enumerate(data))
+
+
+def choose(
+    rules: Sequence[Rule], *, seed: int, sample: int, index: int, action: str
+) -> Perturbation | None:
+    """The perturbation for one future at one step: the first matching rule whose draw
+    succeeds. Each (seed, sample, step, rule) has its own draw, so runs reproduce and a
+    rule's draws do not depend on the others."""
+    for k, rule in enumerate(rules):
+        if not rule.matches(index, action):
+            continue
+        if rule.probability >= 1:
+            return rule.perturbation
+        draw = random.Random(f"{seed}:{sample}:{index}:{k}").random()
+        if draw < rule.probability:
+            return rule.perturbation
+    return None
+
+
+# ---- presets: a few per domain, written for this project -----------------------------------
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    kind: str
+    params: Mapping[str, Any]
+    description: str
+    mode: str = DETERMINISTIC
+
+
+PRESETS: dict[str, tuple[Preset, ...]] = {
+    "terminal": (
+        Preset(
+            "Disk full",
+            "tool_error",
+            {"message": "write error: No space left on device", "code": 1},
+            "Any write fails: the container's disk is full.",
+        ),
+        Preset(
+            "Command not found",
+            "tool_error",
+            {"message": "bash: command not found", "code": 127},
+            "The command is not installed in this container.",
+        ),
+        Preset(
+            "Slow command killed",
+            "timeout",
+            {"seconds": 60},
+            "The command hangs and is killed by the harness.",
+        ),
+    ),
+    "swe": (
+        Preset(
+            "Flaky test",
+            "custom",
+            {
+                "instruction": "one test that passed before now fails intermittently with a timing-related assertion error; the rest of the output is unchanged"
+            },
+            "A test fails on this run only, for reasons unrelated to the change.",
+            PROMPTED,
+        ),
+        Preset(
+            "Read-only checkout",
+            "permission_denied",
+            {"resource": "the repository files"},
+            "Edits are refused: the checkout is mounted read-only.",
+        ),
+        Preset(
+            "Huge output cut",
+            "truncated",
+            {"chars": 500},
+            "Long test output is cut after 500 characters.",
+        ),
+    ),
+    "android": (
+        Preset(
+            "App crash dialog",
+            "tool_error",
+            {"message": "App has stopped. Close app / Send feedback", "code": 1},
+            "The foreground app crashes; a system dialog covers the screen.",
+        ),
+        Preset(
+            "Permission pop-up",
+            "custom",
+            {
+                "instruction": "a system permission dialog appears over the app asking to allow access to location, with 'Allow' and 'Don't allow' buttons; the app screen behind it is unchanged"
+            },
+            "A permission request interrupts the task.",
+            PROMPTED,
+        ),
+    ),
+    "web": (
+        Preset(
+            "404 page",
+            "tool_error",
+            {"message": "404 Not Found: the page you are looking for does not exist", "code": 404},
+            "The link leads to a missing page.",
+        ),
+        Preset(
+            "500 page",
+            "tool_error",
+            {"message": "500 Internal Server Error", "code": 500},
+            "The site fails on the server side.",
+        ),
+        Preset(
+            "Cookie wall",
+            "custom",
+            {
+                "instruction": "a cookie consent banner covers most of the page with 'Accept all' and 'Reject' buttons; the page content is hidden behind it"
+            },
+            "A consent banner blocks the page until dismissed.",
+            PROMPTED,
+        ),
+        Preset(
+            "Captcha",
+            "custom",
+            {
+                "instruction": "the site shows a captcha challenge ('Verify you are human') instead of the requested page"
+            },
+            "Bot detection stops the agent.",
+            PROMPTED,
+        ),
+    ),
+    "os": (
+        Preset(
+            "Modal dialog",
+            "custom",
+            {
+                "instruction": "a modal system dialog ('Software update available: Restart now / Later') appears in front of the active window and takes focus"
+            },
+            "An update prompt steals focus.",
+            PROMPTED,
+        ),
+        Preset(
+            "Access denied",
+            "permission_denied",
+            {"resource": ""},
+            "The user lacks the rights for this operation.",
+        ),
+    ),
+    "search": (
+        Preset("No results", "empty_result", {}, "The search engine finds nothing for the query."),
+        Preset(
+            "Off-topic results",
+            "custom",
+            {
+                "instruction": "the results are real-looking but off-topic: they match a different meaning of the query words"
+            },
+            "The engine misreads the query.",
+            PROMPTED,
+        ),
+        Preset(
+            "Rate limited", "rate_limit", {"retry_after": 30}, "Too many queries in a short time."
+        ),
+    ),
+    "mcp": (
+        Preset(
+            "Tool error",
+            "tool_error",
+            {"message": "upstream service unavailable", "code": -32000},
+            "The tool's backend fails.",
+        ),
+        Preset(
+            "Tool timeout",
+            "timeout",
+            {"seconds": 30},
+            "The tool call takes too long and is abandoned.",
+        ),
+        Preset(
+            "Field renamed",
+            "schema_drift",
+            {"field": "id", "rename_to": "identifier"},
+            "A new server version renamed a field.",
+        ),
+        Preset("Broken JSON", "malformed_json", {}, "The server sends a cut-off response."),
+    ),
+}

@@ -1,0 +1,239 @@
+"""Perturbations in plain Python: validation with messages naming the field, specs, the
+deterministic transforms, seeded rules, and the runner applying them (in-process)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inference import perturbations as P
+from inference.simulation.request import InvalidRequest
+from inference.simulation.runner import run_simulation
+from inference.simulation.sink import MemorySink
+from tests.support.fake_backends import ScriptedBackend
+from tests.test_simulation_runner import request, world
+
+
+def test_every_preset_is_a_valid_perturbation_and_every_domain_has_some():
+    assert set(P.PRESETS) == {"mcp", "search", "terminal", "swe", "android", "web", "os"}
+    for domain, presets in P.PRESETS.items():
+        assert presets, domain
+        for preset in presets:
+            built = P.build(preset.kind, preset.params, preset.mode, preset.name)
+            assert built.kind == preset.kind
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "mode", "message"),
+    [
+        ("explode", {}, "deterministic", "kind must be one of tool_error"),
+        ("truncated", {"chars": "many"}, "deterministic", "truncated.chars must be a whole number"),
+        ("truncated", {"chars": -1}, "deterministic", "truncated.chars must be 0 to"),
+        ("truncated", {"lines": 3}, "deterministic", "truncated has no parameter 'lines'"),
+        ("custom", {"instruction": "x"}, "deterministic", "no deterministic form"),
+        ("custom", {"instruction": "  "}, "prompted", "custom.instruction: write"),
+        ("timeout", {}, "loud", "mode must be prompted or deterministic"),
+    ],
+)
+def test_bad_perturbations_are_refused_naming_the_field(kind, params, mode, message):
+    with pytest.raises(P.PerturbationError, match=message):
+        P.build(kind, params, mode, where="perturbations[0]")
+
+
+def test_specs_parse_with_defaults_and_round_trip():
+    p = P.parse_spec("truncated:chars=40")
+    assert (p.kind, p.params, p.mode) == ("truncated", {"chars": 40}, "deterministic")
+    assert P.spec_of(p) == "truncated:chars=40"
+    assert P.spec_of(P.parse_spec("empty_result")) == "empty_result"
+    custom = P.parse_spec("custom:instruction=the disk is read-only")
+    assert custom.mode == "prompted"
+    with pytest.raises(P.PerturbationError, match="'chars40' is not param=value"):
+        P.parse_spec("truncated:chars40")
+    with pytest.raises(P.PerturbationError, match="unknown kind 'nope'"):
+        P.parse_spec("nope:x=1")
+
+
+def test_truncation_keeps_at_most_the_characters_plus_a_marker():
+    p = P.parse_spec("truncated:chars=10")
+    out = P.transform(p, "0123456789abcdefghij", "terminal")
+    assert out == "0123456789" + P.TRUNCATION_MARKER
+    assert P.transform(p, "short", "terminal") == "short"  # nothing to cut
+
+
+def test_json_transforms_keep_the_document_shape():
+    obs = json.dumps({"results": [{"id": 1, "title": "a"}], "total": 1})
+    drift = P.build("schema_drift", {"field": "id", "rename_to": "identifier"})
+    assert json.loads(P.transform(drift, obs, "mcp"))["results"] == [
+        {"identifier": 1, "title": "a"}
+    ]
+    missing = P.build("schema_drift", {"field": "title"})
+    assert json.loads(P.transform(missing, obs, "mcp"))["results"] == [{"id": 1}]
+    empty = P.transform(P.build("empty_result"), obs, "mcp")
+    assert json.loads(empty) == {"results": [], "total": 1}
+    broken = P.transform(P.build("malformed_json"), obs, "mcp")
+    with pytest.raises(ValueError):
+        json.loads(broken)
+
+
+def test_errors_read_as_the_domain_writes_them():
+    err = P.build("tool_error", {"message": "quota exceeded", "code": 429})
+    mcp = json.loads(P.transform(err, "{}", "mcp"))
+    assert mcp == {"isError": True, "error": {"code": 429, "message": "quota exceeded"}}
+    assert P.transform(err, "x", "terminal") == "quota exceeded\n[exit code 429]"
+    assert "Permission denied" in P.transform(P.build("permission_denied"), "", "terminal")
+    assert P.transform(P.build("empty_result"), "10 results", "search") == "No results found."
+
+
+def test_rules_match_steps_and_tools_and_draw_reproducibly():
+    rule = P.build_rule(
+        {"kind": "timeout", "first_step": 3, "last_step": 5, "tool": "search", "probability": 0.5},
+        "perturbations[0]",
+    )
+    assert rule.where() == "steps 3-5 · tool search · p=0.5"
+    assert not rule.matches(2, "search[q]") and not rule.matches(4, "open_page[x]")
+    assert rule.matches(4, "search[q]")
+    assert P.action_tool('{"name": "get_weather", "arguments": {}}') == "get_weather"
+    assert P.action_tool("ls -la") == "ls"
+    draws = [
+        P.choose([rule], seed=7, sample=s, index=4, action="search[q]") is not None
+        for s in range(200)
+    ]
+    again = [
+        P.choose([rule], seed=7, sample=s, index=4, action="search[q]") is not None
+        for s in range(200)
+    ]
+    assert draws == again  # reproducible
+    assert 60 < sum(draws) < 140  # about half
+    with pytest.raises(P.PerturbationError, match=r"perturbations\[0\]: last_step 1 is before"):
+        P.build_rule({"kind": "timeout", "first_step": 3, "last_step": 1}, "perturbations[0]")
+    with pytest.raises(P.PerturbationError, match=r"perturbations\[1\]\.probability must be"):
+        P.build_rules([{"kind": "timeout"}, {"kind": "timeout", "probability": 2}])
+
+
+def test_the_request_refuses_prompted_perturbations_on_the_baseline():
+    with pytest.raises(InvalidRequest) as info:
+        request(
+            2,
+            "ls",
+            perturbations=[
+                {
+                    "kind": "custom",
+                    "mode": "prompted",
+                    "params": {"instruction": "the disk is full"},
+                }
+            ],
+        )
+    assert "cannot follow a prompted perturbation" in info.value.errors["perturbations"][0]
+    with pytest.raises(InvalidRequest) as info:
+        request(2, "ls", perturbations=[{"kind": "truncated", "params": {"chars": "x"}}])
+    assert info.value.errors["perturbations"] == [
+        "perturbations[0]: truncated.chars must be a whole number, got 'x'"
+    ]
+
+
+def test_a_deterministic_truncation_applies_to_every_future_and_is_recorded():
+    sink = MemorySink()
+    req = request(
+        2, "python3 -V", n=3, perturbations=[{"kind": "truncated", "params": {"chars": 5}}]
+    )
+    outcome = run_simulation(req, world(2), ScriptedBackend(), sink)
+    assert outcome.status == "succeeded", outcome.error
+    for sample, (step,) in sink.steps.items():
+        assert step.observation == "ran p" + P.TRUNCATION_MARKER
+        assert step.observation_source == "perturbed"
+        assert step.meta["unperturbed_observation"] == f"ran python3 -V #{sample}"
+        assert step.meta["perturbation"]["kind"] == "truncated"
+        assert step.meta["perturbation"]["changed"] is True
+
+
+def test_a_replacing_perturbation_needs_no_model_call():
+    backend = ScriptedBackend()
+    sink = MemorySink()
+    req = request(
+        2, "python3 -V", n=2, perturbations=[{"kind": "timeout", "params": {"seconds": 9}}]
+    )
+    outcome = run_simulation(req, world(2), backend, sink)
+    assert outcome.status == "succeeded", outcome.error
+    assert backend.requests == []
+    for _, (step,) in sink.steps.items():
+        assert step.observation.startswith("timeout: the command did not finish within 9 s")
+        assert step.meta["model_call"] is False and step.raw_output == ""
+    assert sink.finished == {0: ("succeeded", ""), 1: ("succeeded", "")}
+    assert outcome.totals.progress == 1.0
+
+
+def test_prompted_perturbations_reach_the_model_for_their_turn_only():
+    backend = ScriptedBackend()
+    sink = MemorySink()
+    rules = [
+        {
+            "kind": "tool_error",
+            "mode": "prompted",
+            "first_step": 2,
+            "last_step": 2,
+            "params": {"message": "disk full", "code": 28},
+        }
+    ]
+    req = request(
+        2,
+        None,
+        mode="replay",
+        backend="openai",
+        model="m",
+        base_url="http://127.0.0.1:9/v1",
+        perturbations=rules,
+    )
+    outcome = run_simulation(req, world(2), backend, sink)
+    assert outcome.status == "succeeded", outcome.error
+    prompts = [r.messages[-1]["content"] for r in backend.requests]
+    assert "error code 28" in prompts[0] and "'disk full'" in prompts[0]
+    assert "Simulation note" not in prompts[1]
+    # the next turn's history holds step 2's plain prompt, not the note
+    asked = [m["content"] for m in backend.requests[1].messages if m["role"] == "user"]
+    assert asked and all("Simulation note" not in text for text in asked)
+    steps = {s.index: s for s in sink.steps[0]}
+    assert steps[2].observation_source == "perturbed"
+    assert steps[2].meta["perturbation"]["mode"] == "prompted"
+    assert steps[3].observation_source == "simulated"
+    assert "perturbation" not in steps[3].meta
+
+
+def test_schema_drift_that_finds_no_field_is_not_called_perturbed():
+    sink = MemorySink()
+    rules = [{"kind": "schema_drift", "params": {"field": "id"}}]
+    outcome = run_simulation(
+        request(2, "ls", perturbations=rules), world(2), ScriptedBackend(), sink
+    )
+    assert outcome.status == "succeeded", outcome.error
+    (step,) = sink.steps[0]
+    assert step.observation_source == "simulated"
+    assert step.meta["perturbation"]["changed"] is False
+
+
+def test_a_sweep_gives_each_perturbation_its_own_futures():
+    backend = ScriptedBackend()
+    sink = MemorySink()
+    sweep = [
+        {"kind": "truncated", "params": {"chars": 3}, "name": "Cut"},
+        {"kind": "empty_result", "name": "Empty"},
+        {"kind": "timeout", "name": "Slow"},
+    ]
+    req = request(2, "python3 -V", n=2, sweep=sweep)
+    assert req.n == 6 and req.samples_per_perturbation == 2
+    outcome = run_simulation(req, world(2), backend, sink)
+    assert outcome.status == "succeeded", outcome.error
+    labels = {s: steps[0].meta["perturbation"]["label"] for s, steps in sink.steps.items()}
+    assert labels == {0: "Cut", 1: "Cut", 2: "Empty", 3: "Empty", 4: "Slow", 5: "Slow"}
+    assert sink.steps[0][0].observation == "ran" + P.TRUNCATION_MARKER
+    assert sink.steps[2][0].observation == ""
+    assert sink.steps[4][0].observation.startswith("timeout:")
+    # the two futures the model was needed for went in one call; the timeouts needed none
+    (sent,) = backend.requests
+    assert sent.params.n == 4
+    with pytest.raises(InvalidRequest) as info:
+        request(2, "ls", n=40, sweep=sweep)
+    assert "3 x 40 = 120 futures, more than 64" in info.value.errors["n"][0]
+    with pytest.raises(InvalidRequest) as info:
+        request(2, "ls", sweep=[sweep[0], sweep[0]])
+    assert "must differ" in info.value.errors["sweep"][0]
