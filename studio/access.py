@@ -18,6 +18,7 @@ from studio.models import (
     SimulationJob,
     Step,
     Trajectory,
+    World,
 )
 
 
@@ -126,3 +127,13 @@ def get_perturbation_for_user(
     if edit and not membership.can_edit:
         raise PermissionDenied("Annotators can read the perturbation library but not change it.")
     return entry, membership
+
+
+def get_world_for_user(
+    request: HttpRequest, pk: int, *, edit: bool = False
+) -> tuple[World, Membership]:
+    world = get_object_or_404(World.objects.select_related("project"), pk=pk)
+    membership = membership_for(request, world.project_id)
+    if edit and not membership.can_edit:
+        raise PermissionDenied("Annotators can read worlds but not change them.")
+    return world, membership

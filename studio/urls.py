@@ -22,4 +22,6 @@ urlpatterns = [
     path("", include("studio.views.branches")),
     path("", include("studio.views.endpoints")),
     path("", include("studio.views.perturbations")),
+    path("", include("studio.views.worlds")),
+    path("", include("studio.views.playground")),
 ]

@@ -261,3 +261,35 @@ def test_backend_failure_is_readable(project, openai_worker):
     assert "Traceback" not in job.error
     branch = job.branches.get()
     assert branch.status == "failed" and "HTTP 400" in branch.error
+
+
+def test_a_fork_in_a_world_sends_the_worlds_prompt_and_tools(project, openai_worker):
+    from inference.worlds import parse_world
+    from studio.services.worlds import save_world
+
+    steps = [('{"name": "get_weather", "arguments": {"city": "Paris"}}', '{"temp_c": 18}')] * 2
+    trajectory = make_trajectory(project, domain="mcp", steps=steps, system_prompt="REAL WORLD")
+    world = {
+        "name": "Moon base", "domain": "mcp", "description": "A weather station on the Moon.",
+        "knowledge": ["There is no weather on the Moon."],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}],
+    }  # fmt: skip
+    saved = save_world(project, parse_world(world))
+    with fake_openai_server() as srv:
+        request = build_request(
+            trajectory.root_branch,
+            {"fork_index": 1, "backend": "openai", "base_url": srv.base_url, "model": "m", "n": 2},
+        )
+        job = start_simulation(
+            user=None, branch=trajectory.root_branch, request=request,
+            world_version=saved.version,
+        )  # fmt: skip
+        enqueue_simulation(job)
+        job = wait_job(job)
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    system = srv.requests[0]["messages"][0]["content"]
+    assert "REAL WORLD" not in system
+    assert "There is no weather on the Moon." in system and '"get_weather"' in system
+    for step in Step.objects.filter(branch__job=job):
+        assert step.meta["world"] == {"id": saved.world.pk, "name": "Moon base", "version": 1}

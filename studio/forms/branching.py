@@ -21,7 +21,7 @@ from inference.simulation.request import (
     InvalidRequest,
     SimulationRequest,
 )
-from studio.models import Domain, EndpointRole, ModelEndpoint, Perturbation
+from studio.models import Domain, EndpointRole, ModelEndpoint, Perturbation, World
 from studio.models.trajectories import BranchOrigin
 from studio.services.endpoints import (
     agent_input,
@@ -184,11 +184,24 @@ class SimulateForm(forms.Form):
         "compared side by side.",
     )
 
+    world = forms.ModelChoiceField(
+        queryset=World.objects.none(),
+        required=False,
+        label="World",
+        empty_label="(the trajectory's own environment)",
+        help_text="A fictional world of the project: its prompt and tools replace the "
+        "trajectory's from this step on (its latest version).",
+    )
+
     def __init__(self, *args, fork_index: int, fork: ForkFacts, project, **kwargs):
         super().__init__(*args, **kwargs)
         self.fork_index = fork_index
         self.fork = fork
         self.project = project
+        world_field = self.fields["world"]
+        assert isinstance(world_field, forms.ModelChoiceField)
+        world_field.queryset = World.objects.filter(project=project, domain=fork.domain)
+        self.has_worlds = world_field.queryset.exists()
         library = Perturbation.objects.filter(project=project).order_by("name")
         for name in ("perturbation", "rule_perturbation", "sweep"):
             field = self.fields[name]
@@ -266,6 +279,11 @@ class SimulateForm(forms.Form):
                         self.add_error(target, _sentence(message))
         return data
 
+    @property
+    def world_version(self):
+        world = (getattr(self, "cleaned_data", None) or {}).get("world")
+        return world.latest if world is not None else None
+
     def _perturbation_input(self, data: dict[str, Any], given: dict[str, Any]) -> list[str]:
         """The library choices as the request's `perturbations` and `sweep`; returns the
         form field behind each rule, in order, to show the request's messages on."""
@@ -308,8 +326,10 @@ class SimulateForm(forms.Form):
         return fields
 
 
-# Editor fields that pick from the perturbation library (turned into request input above).
+# Editor fields that pick from the perturbation library (turned into request input above)
+# or a world (the job's, not the request's).
 LIBRARY_FIELDS = (
+    "world",
     "perturbation",
     "perturbation_mode",
     "rule_perturbation",

@@ -105,16 +105,23 @@ def recorded_from(branch: Branch, fork_index: int) -> list[RecordedStep]:
     return [RecordedStep(i, a, s, p) for i, a, s, p in rows]
 
 
-def world_context(branch: Branch, fork_index: int) -> WorldContext:
-    """What the runner needs of `branch` to simulate step `fork_index` and what follows."""
+def world_context(branch: Branch, fork_index: int, world=None) -> WorldContext:
+    """What the runner needs of `branch` to simulate step `fork_index` and what follows.
+    In a fictional world (`inference.worlds.WorldSpec`), the world's system prompt and tools
+    replace the trajectory's ("what if this world were different")."""
     trajectory = branch.trajectory
+    system_prompt, tools = system_prompt_for(trajectory), trajectory.tools or None
+    if world is not None:
+        from inference.worlds import compose
+
+        system_prompt, tools = compose(world).system_prompt, list(world.tools) or None
     return WorldContext(
         domain=trajectory.domain,
         task_instruction=trajectory.task_instruction or "",
-        system_prompt=system_prompt_for(trajectory),
+        system_prompt=system_prompt,
         history=history_stream(branch, fork_index),
         recorded=recorded_from(branch, fork_index),
-        tools=trajectory.tools or None,
+        tools=tools,
     )
 
 
@@ -213,6 +220,8 @@ class OrmSink:
         self.job = job
         self.monitor = monitor
         self.branch_ids = branch_ids  # sample -> branch id
+        world = (job.params or {}).get("world")
+        self.world_meta = {"world": world} if world else {}
 
     def phase(self, phase: str) -> None:
         self.monitor.set_job(phase=phase)
@@ -235,7 +244,7 @@ class OrmSink:
             provenance=step.provenance,
             observation_source=step.observation_source,
             parse_status=step.parse_status,
-            meta=_storable_json({**step.meta, "job": self.job.pk}),
+            meta=_storable_json({**step.meta, "job": self.job.pk, **self.world_meta}),
             timings=step.timings,
         )
 
@@ -282,7 +291,8 @@ def run_simulation_job(job_id: int, message_id: str = "") -> None:
     outcome = RunOutcome(status=FAILED)
     with JobMonitor(SimulationJob, job.pk) as monitor:
         try:
-            world = world_context(job.branch, job.fork_index)
+            spec = job.world_version.spec() if job.world_version_id else None
+            world = world_context(job.branch, job.fork_index, spec)
             request = request_of(job, world.recorded)
             if set(branch_ids) != set(range(request.n)):
                 raise InvalidRequest(

@@ -13,6 +13,7 @@ from studio.models.trajectories import (
     Tag,
     Trajectory,
 )
+from studio.models.worlds import World, WorldVersion
 
 __all__ = [
     "DOMAINS",
@@ -34,4 +35,6 @@ __all__ = [
     "Step",
     "Tag",
     "Trajectory",
+    "World",
+    "WorldVersion",
 ]

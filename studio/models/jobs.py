@@ -117,6 +117,11 @@ class SimulationJob(JobBase):
     # The perturbation rules it ran (`inference.perturbations.Rule.as_dict`), copied from
     # the library when submitted; their draws' seed is params["perturbation_seed"].
     perturbations = models.JSONField(default=list, blank=True)
+    # The fictional world it ran in (its system prompt and tools replace the trajectory's);
+    # params["world"] keeps its name and version number should the version go.
+    world_version = models.ForeignKey(
+        "studio.WorldVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     cancel_requested = models.BooleanField(default=False)
     # 0..1 over all samples, and a phase: queued, prefill, decoding, agent, saving
     progress = models.FloatField(default=0.0)

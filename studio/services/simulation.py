@@ -16,7 +16,14 @@ from django.utils import timezone
 
 from inference.simulation.request import ForkFacts, InvalidRequest, SimulationRequest
 from studio.jobs.runtime import fail_lost, is_silent
-from studio.models import Branch, BranchOrigin, JobStatus, ModelEndpoint, SimulationJob
+from studio.models import (
+    Branch,
+    BranchOrigin,
+    JobStatus,
+    ModelEndpoint,
+    SimulationJob,
+    WorldVersion,
+)
 from studio.models.trajectories import BranchStatus
 from studio.queues import queue_name
 from studio.services.endpoints import simulation_defaults
@@ -62,10 +69,12 @@ def start_simulation(
     request: SimulationRequest,
     world_endpoint: ModelEndpoint | None = None,
     agent_endpoint: ModelEndpoint | None = None,
+    world_version: WorldVersion | None = None,
 ) -> SimulationJob:
     """Create the job and its N queued child branches in one transaction. The caller
     enqueues it (`studio.tasks.enqueue_simulation`), which waits for the commit. The
-    endpoints, when the request came from them, are where the worker finds the API keys."""
+    endpoints, when the request came from them, are where the worker finds the API keys.
+    In a fictional world (`world_version`), the world's prompt and tools are used."""
     user_id = getattr(user, "pk", None)
     agent = request.agent
     with transaction.atomic():
@@ -86,7 +95,9 @@ def start_simulation(
                     else {}
                 ),
                 **({"sweep": [p.as_dict() for p in request.sweep]} if request.sweep else {}),
+                **({"world": world_label(world_version)} if world_version is not None else {}),
             },
+            world_version=world_version,
             perturbations=[rule.as_dict() for rule in request.perturbations],
             world_endpoint=world_endpoint,
             backend=request.world_model.backend,
@@ -159,8 +170,13 @@ def future_name(job_id: int, sample: int, fork_index: int, action: str, perturba
     return name + (f" · {perturbation.label}" if perturbation is not None else "")
 
 
+def world_label(version: WorldVersion) -> dict[str, Any]:
+    return {"id": version.world_id, "name": version.world.name, "version": version.number}
+
+
 def request_input_of(job: SimulationJob) -> dict[str, Any]:
     """The request a job was made from, as input that builds it again."""
+    params = {k: v for k, v in (job.params or {}).items() if k != "world"}
     return {
         "fork_index": job.fork_index,
         "action": job.action,
@@ -169,7 +185,7 @@ def request_input_of(job: SimulationJob) -> dict[str, Any]:
         # a sweep's n is per perturbation: the job holds n x K futures
         "n": job.n // max(1, len((job.params or {}).get("sweep") or ())),
         "max_steps": job.max_steps,
-        **(job.params or {}),
+        **params,
         "backend": job.backend,
         "model": job.model,
         "base_url": job.base_url,
@@ -209,6 +225,16 @@ def retry_simulation(job: SimulationJob, user=None) -> SimulationJob:
         raise InvalidRequest(
             {"job": [f"job {job.pk} is still {job.status}; cancel it or wait before retrying"]}
         )
+    world = (job.params or {}).get("world")
+    if world and job.world_version is None:
+        raise InvalidRequest(
+            {
+                "world": [
+                    f"version {world.get('version')} of world {world.get('name')!r} was deleted; "
+                    "branch again in one that exists"
+                ]
+            }
+        )
     request = build_request(job.branch, request_input_of(job))
     return start_simulation(
         user=user or job.requester,
@@ -216,4 +242,5 @@ def retry_simulation(job: SimulationJob, user=None) -> SimulationJob:
         request=request,
         world_endpoint=job.world_endpoint,
         agent_endpoint=job.agent_endpoint,
+        world_version=job.world_version,
     )

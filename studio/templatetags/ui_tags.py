@@ -112,6 +112,13 @@ def provenance_badge(step) -> SafeString:
         html += format_html(
             ' <span class="badge prov obs-{}" title="{}">{}</span>', source, title, word
         )
+    world = (getattr(step, "meta", None) or {}).get("world")
+    if isinstance(world, dict) and world.get("name"):
+        html += format_html(
+            ' <span class="badge prov obs-world" title="{}">{}</span>',
+            "Simulated in this fictional world (its prompt and tools replaced the trajectory's)",
+            f"world: {world['name']} v{world.get('version', '?')}",
+        )
     if perturbation is not None and perturbation.get("changed") is False:
         html += format_html(
             ' <span class="badge prov perturb-noop" title="{}">{}</span>',

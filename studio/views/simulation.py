@@ -58,7 +58,11 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
             domain=trajectory.domain,
         ),
         project=trajectory.project,
-        initial={"action": initial_action},
+        initial={
+            "action": initial_action,
+            # the playground's "hand over to the agent" opens the editor in rollout mode
+            **({"mode": "rollout"} if request.GET.get("mode") == "rollout" else {}),
+        },
     )
     if request.method == "POST" and form.is_valid():
         sim = form.cleaned_data["request"]
@@ -68,6 +72,7 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
             request=sim,
             world_endpoint=form.cleaned_data["world_endpoint"],
             agent_endpoint=form.cleaned_data.get("agent_endpoint"),
+            world_version=form.world_version,
         )
         enqueue_simulation(job)
         messages.success(

@@ -70,6 +70,12 @@ class Command(BaseCommand):
             help="how --perturbation applies (default: the library entry's, or deterministic "
             "where the kind has a transform)",
         )
+        parser.add_argument(
+            "--world",
+            default="",
+            help="simulate in a fictional world of the project (its latest version): its "
+            "prompt and tools replace the trajectory's",
+        )
         parser.add_argument("--wait", action="store_true", help="wait and print the results")
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
 
@@ -125,7 +131,12 @@ class Command(BaseCommand):
                 )
             ) from None
         job = start_simulation(
-            user=None, branch=branch, request=request, world_endpoint=world, agent_endpoint=agent
+            user=None,
+            branch=branch,
+            request=request,
+            world_endpoint=world,
+            agent_endpoint=agent,
+            world_version=self.world_version(trajectory, options["world"]),
         )
         enqueue_simulation(job)
         self.stdout.write(
@@ -178,6 +189,25 @@ class Command(BaseCommand):
         if agent is not None:
             data.update(agent_input(agent))
         return world, agent
+
+    def world_version(self, trajectory, name: str):
+        from studio.models import World
+
+        if not name:
+            return None
+        world = World.objects.filter(project=trajectory.project, name=name).first()
+        if world is None or world.latest is None:
+            names = World.objects.filter(project=trajectory.project).values_list("name", flat=True)
+            raise CommandError(
+                f"--world: project {trajectory.project.name!r} has no world named {name!r} "
+                f"(worlds: {', '.join(names) or 'none'})"
+            )
+        if world.domain != trajectory.domain:
+            raise CommandError(
+                f"--world: {name!r} is a {world.domain} world; trajectory {trajectory.pk} is "
+                f"{trajectory.domain}"
+            )
+        return world.latest
 
     def perturbations(self, project, options) -> list[dict]:
         """Each --perturbation as a rule over every step: a library entry by name, else a

@@ -1,0 +1,81 @@
+"""Fictional worlds of a project: save (every change is a new version), import and export
+world files, and start a trajectory in a world. What a world is and how it is checked is
+`inference.worlds`; this module stores it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import uuid4
+
+from django.db import transaction
+from django.db.models import Max
+
+from inference import worlds as worlding
+from studio.models import Branch, Project, Trajectory, World, WorldVersion
+
+
+@dataclass
+class Saved:
+    world: World
+    version: WorldVersion
+    created: bool  # a new version was written (False: nothing had changed)
+
+
+def save_world(
+    project: Project, spec: worlding.WorldSpec, *, world: World | None = None, user=None
+) -> Saved:
+    """Write `spec` as the next version of `world` (a new world when None). Saving what the
+    latest version already holds writes nothing."""
+    data = worlding.world_to_file(spec)
+    with transaction.atomic():
+        if world is None:
+            world = World.objects.create(
+                project=project, name=spec.name, domain=spec.domain, created_by=user
+            )
+        else:
+            world = World.objects.select_for_update().get(pk=world.pk)
+            latest = world.latest
+            if latest is not None and latest.data == data:
+                return Saved(world, latest, created=False)
+            World.objects.filter(pk=world.pk).update(name=spec.name, domain=spec.domain)
+            world.refresh_from_db()
+        number = (world.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+        version = WorldVersion.objects.create(
+            world=world, number=number, data=data, created_by=user
+        )
+    return Saved(world, version, created=True)
+
+
+def import_world(project: Project, data, user=None) -> Saved:
+    """A world file's JSON into the project: a new world, or the next version of the world
+    of that name. Raises `inference.worlds.WorldError` naming the field."""
+    spec = worlding.parse_world(data)
+    existing = World.objects.filter(project=project, name=spec.name).first()
+    return save_world(project, spec, world=existing, user=user)
+
+
+def export_text(version: WorldVersion) -> str:
+    return worlding.dumps(version.spec())
+
+
+def start_trajectory(version: WorldVersion, task_instruction: str, user=None) -> Trajectory:
+    """A new, empty trajectory in the world: its system prompt and tools are the world's (at
+    this version), its first step is the agent's to take."""
+    spec = version.spec()
+    composed = worlding.compose(spec)
+    world = version.world
+    with transaction.atomic():
+        trajectory = Trajectory.objects.create(
+            project=world.project,
+            domain=spec.domain,
+            title=f"{spec.name}: {task_instruction.strip().splitlines()[0][:80]}",
+            task_instruction=task_instruction.strip(),
+            system_prompt=composed.system_prompt,
+            tools=[t["function"] for t in spec.tools],
+            metadata={"world": {"id": world.pk, "name": world.name, "version": version.number}},
+            source_format="world",
+            source_key=f"world-{world.pk}-v{version.number}-{uuid4().hex[:12]}",
+            step_count=0,
+        )
+        Branch.objects.create(trajectory=trajectory, name="in the world", created_by=user)
+    return trajectory

@@ -1,0 +1,108 @@
+"""Worlds and the playground in headless Chromium through a real worker: build a world with a
+tool schema and a file, watch the prompt preview change as you type, attach the world to a
+fork and run N=3 with a deterministic perturbation, then play three steps in a new
+trajectory in the world, one of them perturbed."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from studio.models import Branch, JobStatus, Perturbation, SimulationJob, World
+from tests.support.branching import make_trajectory
+from tests.support.browser import shot
+
+pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+MCP_STEPS = [
+    ('{"name": "get_weather", "arguments": {"city": "Lyon"}}', '{"temp_c": 14, "sky": "rain"}'),
+    ('{"name": "get_weather", "arguments": {"city": "Nice"}}', '{"temp_c": 19, "sky": "sun"}'),
+]
+
+
+def test_build_a_world_fork_into_it_and_play_it(page, live_server, login, project, default_worker):
+    trajectory, root = make_trajectory(project, domain="mcp", steps=MCP_STEPS, key="w-browser")
+    Perturbation.objects.create(
+        project=project, name="Tool down", kind="tool_error",
+        params={"message": "weather service down", "code": 503},
+    )  # fmt: skip
+    login(page, "researcher")
+    page.goto(f"{live_server.url}/projects/{project.pk}/worlds/")
+    page.click("#world-add")
+    page.fill("#id_world-name", "Rainy Lyon")
+    page.select_option("#id_world-domain", "mcp")
+    page.fill("#id_world-description", "A weather service where it always rains in Lyon.")
+    page.fill("#id_tools-0-name", "get_weather")
+    page.fill("#id_tools-0-parameters", json.dumps(PARAMS))
+    # an MCP world folds its file tree away: open it
+    assert not page.locator("#id_files-0-path").is_visible()
+    page.locator("#part-files > summary").click()
+    page.fill("#id_files-0-path", "/etc/weather/stations.txt")
+    page.fill("#id_files-0-content", "LYON-01 active")
+    # the preview follows the typing: the file's content and the tool appear in the prompt
+    page.wait_for_function(
+        "document.querySelector('#world-prompt') &&"
+        " document.querySelector('#world-prompt').textContent.includes('LYON-01 active')"
+    )
+    before = page.inner_text("#preview-size")
+    page.locator("#part-knowledge .add-row").click()
+    page.fill("#id_knowledge-1-text", "The river Saône floods every Tuesday.")
+    page.wait_for_function(
+        "document.querySelector('#world-prompt').textContent.includes('floods every Tuesday')"
+    )
+    assert '"get_weather"' in page.inner_text("#world-prompt")
+    assert page.inner_text("#preview-size") != before  # the size moved with the text
+    shot(page, "world-editor")
+    page.click("#world-save")
+    page.wait_for_url(re.compile(r"/worlds/\d+/edit/$"))
+    world = World.objects.get()
+    assert world.latest.data["tools"][0]["function"]["parameters"] == PARAMS
+    assert world.latest.data["files"] == {"/etc/weather/stations.txt": "LYON-01 active"}
+
+    # attach it to a fork, N=3, with a deterministic perturbation: the badges say both
+    page.goto(f"{live_server.url}/branches/{root.pk}/steps/1/fork/")
+    page.select_option("[name=world]", label="Rainy Lyon")
+    page.select_option("[name=perturbation]", label="Tool down")
+    page.fill("input[name=n]", "3")
+    page.click("#simulate-submit")
+    page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+    page.wait_for_selector(".job-summary[data-done='1']", timeout=60_000)
+    job = SimulationJob.objects.get()
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    assert "in world Rainy Lyon v1" in page.inner_text(".job-summary")
+    assert (
+        page.locator(".job-branch .sim-step .obs-perturbed").all_inner_texts()
+        == ["perturbed: Tool down"] * 3
+    )
+    assert (
+        page.locator(".job-branch .sim-step .obs-world").all_inner_texts()
+        == ["world: Rainy Lyon v1"] * 3
+    )
+    shot(page, "world-fork-job")
+
+    # a new trajectory in the world, played for three steps, the second one perturbed
+    page.goto(f"{live_server.url}/projects/{project.pk}/worlds/")
+    row = page.locator(f"#world-{world.pk}")
+    row.locator(".world-start summary").click()
+    row.locator("textarea[name=task]").fill("Find out whether it rains in Lyon.")
+    row.locator("button[value=playground]").click()
+    page.wait_for_url(re.compile(r"/branches/\d+/play/$"))
+    assert "No step yet" in page.inner_text("#play-steps")
+    for k, city in enumerate(["Lyon", "Paris", "Nice"]):
+        page.fill("textarea[name=action]", json.dumps({"name": "get_weather",
+                                                       "arguments": {"city": city}}))  # fmt: skip
+        if k == 1:
+            page.select_option("[name=perturbation]", label="Tool down")
+        page.click("#play-submit")
+        page.wait_for_selector(f"#play-step-{k}", timeout=60_000)  # moved to the new branch
+    steps = page.locator(".play-step").all_inner_texts()
+    assert len(steps) == 3 and "perturbed: Tool down" in steps[1]
+    assert "weather service down" in steps[1] and "perturbed" not in steps[2]
+    shot(page, "playground")
+    newest = Branch.objects.get(pk=int(re.search(r"/branches/(\d+)/play/", page.url).group(1)))
+    assert newest.all_steps().count() == 3
+    # every step landed in the tree: three one-step branches in a chain
+    assert Branch.objects.filter(trajectory=newest.trajectory).count() == 4
