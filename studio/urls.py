@@ -24,4 +24,5 @@ urlpatterns = [
     path("", include("studio.views.perturbations")),
     path("", include("studio.views.worlds")),
     path("", include("studio.views.playground")),
+    path("", include("studio.views.gallery")),
 ]

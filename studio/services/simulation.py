@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from inference.simulation.request import FIELDS as REQUEST_FIELDS
 from inference.simulation.request import ForkFacts, InvalidRequest, SimulationRequest
 from studio.jobs.runtime import fail_lost, is_silent
 from studio.models import (
@@ -70,6 +71,7 @@ def start_simulation(
     world_endpoint: ModelEndpoint | None = None,
     agent_endpoint: ModelEndpoint | None = None,
     world_version: WorldVersion | None = None,
+    labels: dict[str, Any] | None = None,
 ) -> SimulationJob:
     """Create the job and its N queued child branches in one transaction. The caller
     enqueues it (`studio.tasks.enqueue_simulation`), which waits for the commit. The
@@ -96,6 +98,7 @@ def start_simulation(
                 ),
                 **({"sweep": [p.as_dict() for p in request.sweep]} if request.sweep else {}),
                 **({"world": world_label(world_version)} if world_version is not None else {}),
+                **(labels or {}),
             },
             world_version=world_version,
             perturbations=[rule.as_dict() for rule in request.perturbations],
@@ -176,7 +179,8 @@ def world_label(version: WorldVersion) -> dict[str, Any]:
 
 def request_input_of(job: SimulationJob) -> dict[str, Any]:
     """The request a job was made from, as input that builds it again."""
-    params = {k: v for k, v in (job.params or {}).items() if k != "world"}
+    # params also hold what is the job's, not the request's (its world, a gallery scenario)
+    params = {k: v for k, v in (job.params or {}).items() if k in REQUEST_FIELDS}
     return {
         "fork_index": job.fork_index,
         "action": job.action,
