@@ -11,4 +11,5 @@ RUN pip install --upgrade pip && \
 COPY . .
 RUN DEBUG=1 python manage.py collectstatic --noinput
 EXPOSE 8000
-CMD ["gunicorn", "studio.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--timeout", "60"]
+# ASGI (uvicorn): the pages and the episode API with its WebSockets, in every process.
+CMD ["uvicorn", "studio.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--workers", "3", "--proxy-headers"]

@@ -55,8 +55,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # The server runs in the background so that Ctrl-C or a TERM to this script stops both
-# processes (no autoreloader: a reloader child would outlive its parent).
-$PY manage.py runserver --noreload "${HOST}:${PORT}" &
+# processes. It is an ASGI server (uvicorn): the pages, and the episode API's WebSockets.
+$PY -m uvicorn studio.asgi:application --host "${HOST}" --port "${PORT}" --log-level warning &
 SERVER=$!
 cat <<MSG
 

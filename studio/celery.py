@@ -11,6 +11,7 @@ import os
 import threading
 
 from celery import Celery, bootsteps
+from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 
@@ -50,3 +51,23 @@ class JobSweeper(bootsteps.StartStopStep):
 
 
 app.steps["worker"].add(JobSweeper)
+
+
+@worker_process_init.connect
+def _warm_up(**_kwargs) -> None:
+    """Import what a simulation job needs in each pool process as it starts, so the first
+    job a process runs (an episode's step above all) does not pay for the imports (the
+    `openai` client alone takes about a second). Torch is not imported: gpu workers load it
+    with their model."""
+    import importlib
+
+    for module in (
+        "openai",
+        "inference.backends.openai_compat",
+        "inference.simulation.runner",
+        "studio.jobs.simulation",
+    ):
+        try:
+            importlib.import_module(module)
+        except ImportError:  # a module renamed or an extra not installed: only slower
+            pass

@@ -25,4 +25,5 @@ urlpatterns = [
     path("", include("studio.views.worlds")),
     path("", include("studio.views.playground")),
     path("", include("studio.views.gallery")),
+    path("", include("studio.views.tokens")),
 ]

@@ -11,7 +11,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from inference.worlds import parse_world
 from studio.models import ImportJob, JobStatus, Perturbation, SimulationJob, Step
+from studio.services.worlds import save_world
 from tests.support.branching import make_child, make_job, make_trajectory
 
 WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER)\b", re.I)
@@ -31,6 +33,9 @@ def test_every_page_of_a_project_only_reads(researcher_client, project, settings
     ImportJob.objects.filter(pk=imp.pk).update(heartbeat_at=long_ago)
     step = Step.objects.filter(branch=child).first()
     perturbation = Perturbation.objects.create(project=project, name="Cut", kind="truncated")
+    world = save_world(
+        project, parse_world({"name": "W", "domain": "terminal", "files": {"/a": "b"}})
+    ).world
     urls = [
         reverse("project_list"),
         reverse("library", args=[project.pk]),
@@ -51,6 +56,15 @@ def test_every_page_of_a_project_only_reads(researcher_client, project, settings
         reverse("perturbation_create", args=[project.pk]),
         reverse("perturbation_edit", args=[perturbation.pk]),
         reverse("library", args=[project.pk]) + "?perturbation=*",
+        reverse("world_list", args=[project.pk]),
+        reverse("world_create", args=[project.pk]),
+        reverse("world_edit", args=[world.pk]),
+        reverse("world_export", args=[world.pk]),
+        reverse("playground", args=[root.pk]),
+        reverse("playground", args=[root.pk]) + f"?job={job.pk}",
+        reverse("playground_job", args=[job.pk]),
+        reverse("gallery", args=[project.pk]),
+        reverse("gallery_card", args=[project.pk, "terminal-permission"]),
     ]
     for url in urls:
         for headers in ({}, {"HX-Request": "true"}):

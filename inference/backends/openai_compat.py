@@ -57,6 +57,28 @@ def _with_thinking(reasoning: str, content: str, *, done: bool = True) -> str:
     return f"<think>{reasoning}"
 
 
+# Clients by (base URL, key, timeout), kept for the life of the process: making one costs
+# tens of milliseconds (its TLS context loads the CA bundle), more than a short step of an
+# episode; an OpenAI client is safe to share between threads and keeps its connections.
+_CLIENTS: dict[tuple[str, str, float], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+_MAX_CLIENTS = 32
+
+
+def shared_client(base_url: str, api_key: str, timeout: float):
+    from openai import OpenAI
+
+    key = (base_url, api_key, timeout)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            if len(_CLIENTS) >= _MAX_CLIENTS:
+                _CLIENTS.pop(next(iter(_CLIENTS)))  # the oldest; its connections close with it
+            client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+            _CLIENTS[key] = client
+        return client
+
+
 class OpenAIBackend:
     name = "openai"
     is_neural = True
@@ -73,14 +95,10 @@ class OpenAIBackend:
         backoff_s: float = 0.5,
         use_n: bool = True,
     ):
-        from openai import OpenAI
-
         if concurrency < 1:
             raise BackendError(f"concurrency must be >= 1, got {concurrency}")
         self.base_url = base_url.rstrip("/")
-        self.client = OpenAI(
-            base_url=self.base_url, api_key=api_key or "EMPTY", timeout=timeout, max_retries=0
-        )
+        self.client = shared_client(self.base_url, api_key or "EMPTY", timeout)
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.backoff_s = backoff_s

@@ -247,6 +247,10 @@ class OrmSink:
             meta=_storable_json({**step.meta, "job": self.job.pk, **self.world_meta}),
             timings=step.timings,
         )
+        if self.job.appends:  # the branch grew: an episode's trajectory counts its steps
+            Trajectory.objects.filter(pk=self.job.trajectory_id, step_count__lte=step.index).update(
+                step_count=step.index + 1
+            )
 
     def sample_finished(self, sample: int, status: str, error: str = "") -> None:
         self.monitor.drop_live(sample)
@@ -287,7 +291,10 @@ def run_simulation_job(job_id: int, message_id: str = "") -> None:
         return
     queue_wait = (job.started_at - job.created_at).total_seconds()
     SimulationJob.objects.filter(pk=job.pk).update(queue_wait_s=queue_wait, phase="prefill")
-    branch_ids = dict(job.branches.values_list("sample_index", "pk"))
+    if job.appends:
+        branch_ids = {0: job.branch_id}  # the one future grows the branch itself
+    else:
+        branch_ids = dict(job.branches.values_list("sample_index", "pk"))
     outcome = RunOutcome(status=FAILED)
     with JobMonitor(SimulationJob, job.pk) as monitor:
         try:

@@ -2,6 +2,7 @@ from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
 from studio.models.jobs import ImportJob, JobStatus, SimulationJob
 from studio.models.perturbations import Perturbation
 from studio.models.projects import Membership, Project, Role
+from studio.models.tokens import ApiToken
 from studio.models.trajectories import (
     DOMAINS,
     Branch,
@@ -16,6 +17,7 @@ from studio.models.trajectories import (
 from studio.models.worlds import World, WorldVersion
 
 __all__ = [
+    "ApiToken",
     "DOMAINS",
     "Branch",
     "BranchOrigin",

@@ -122,6 +122,9 @@ class SimulationJob(JobBase):
     world_version = models.ForeignKey(
         "studio.WorldVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The job's one future is written into `branch` itself, after its last step, instead of
+    # a new child branch: an episode served to an outside agent grows its own trajectory.
+    appends = models.BooleanField(default=False)
     cancel_requested = models.BooleanField(default=False)
     # 0..1 over all samples, and a phase: queued, prefill, decoding, agent, saving
     progress = models.FloatField(default=0.0)

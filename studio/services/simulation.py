@@ -72,6 +72,7 @@ def start_simulation(
     agent_endpoint: ModelEndpoint | None = None,
     world_version: WorldVersion | None = None,
     labels: dict[str, Any] | None = None,
+    append: bool = False,
 ) -> SimulationJob:
     """Create the job and its N queued child branches in one transaction. The caller
     enqueues it (`studio.tasks.enqueue_simulation`), which waits for the commit. The
@@ -101,6 +102,7 @@ def start_simulation(
                 **(labels or {}),
             },
             world_version=world_version,
+            appends=append,
             perturbations=[rule.as_dict() for rule in request.perturbations],
             world_endpoint=world_endpoint,
             backend=request.world_model.backend,
@@ -111,6 +113,13 @@ def start_simulation(
             agent_base_url=agent.base_url if agent is not None else "",
             queue=queue_name(request.queue_kind),
         )
+        if append:
+            # one future, written into `branch` itself after its last step (an episode)
+            if request.n != 1 or request.fork_index != branch.all_steps().count():
+                raise InvalidRequest(
+                    {"n": ["an appending job has one future, at the branch's next step"]}
+                )
+            return job
         origin = BranchOrigin.EDITED if request.edited else BranchOrigin.SIMULATED
         children = [
             Branch(

@@ -1,0 +1,254 @@
+"""Episodes served to outside agents: throughput and the studio's own overhead per step.
+
+32 agents play a world at once over the episode API's WebSocket (OpenEnv's message
+protocol), 10 steps each, against the fake OpenAI-compatible server on 127.0.0.1 (a real
+HTTP server answering after a fixed model time). The studio runs as it does in production:
+uvicorn with the ASGI app, real Celery workers (prefork), the database and the broker. For
+each step it takes the latency the agent saw, minus the model time the step recorded (the
+world model's request, as the worker timed it): the studio's own overhead, queueing in the
+workers included. Prints steps per second and the overhead's p50 and p95 (goal: p50 under
+50 ms).
+
+    python scripts/bench_episodes.py                      # SQLite + filesystem broker, temp dir
+    DATABASE_URL=postgres://... REDIS_URL=redis://... python scripts/bench_episodes.py
+    python scripts/bench_episodes.py --agents 32 --steps 10 --model-ms 50 --workers 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--model-ms", type=float, default=50.0, help="the fake model's time")
+    parser.add_argument("--workers", type=int, default=4, help="worker processes (prefork)")
+    return parser.parse_args()
+
+
+def setup_environment(tmp: Path) -> None:
+    os.environ.setdefault("DEBUG", "1")
+    os.environ["STUDIO_DATA_DIR"] = str(tmp)
+    os.environ.setdefault("DATABASE_URL", f"sqlite:///{tmp / 'bench.sqlite3'}")
+    if not os.environ.get("REDIS_URL"):
+        os.environ["STUDIO_BROKER"] = "filesystem"
+    os.environ["STUDIO_QUEUE_PREFIX"] = f"benchep{os.getpid()}-"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "studio.settings"
+    for name in ("WORLD_MODEL_BASE_URL", "WORLD_MODEL_API_KEY", "AGENT_MODEL_BASE_URL"):
+        os.environ.pop(name, None)
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def start_worker(log: Path, concurrency: int) -> subprocess.Popen:
+    from django.conf import settings
+
+    out = open(log, "wb")  # noqa: SIM115 - the worker writes it until stopped
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "studio", "worker",
+         "-Q", f"{settings.STUDIO_QUEUE_PREFIX}default", "-c", str(concurrency), "-l", "INFO",
+         "--without-gossip", "--without-mingle", "-n", f"benchep-{time.monotonic_ns()}@%h"],
+        cwd=ROOT, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while b"ready." not in log.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the worker did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    return proc
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_line(proc: subprocess.Popen, log: Path, marker: bytes, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while marker not in log.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def start_model(log: Path, delay_s: float) -> tuple[subprocess.Popen, str]:
+    """The fake OpenAI-compatible server (tests/support/fake_openai.py) in its own process."""
+    code = (
+        f"import sys, threading; sys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.support.fake_openai import fake_openai_server\n"
+        f"with fake_openai_server(delay_s={delay_s!r}) as srv:\n"
+        "    print('URL', srv.base_url, flush=True); threading.Event().wait()\n"
+    )
+    out = open(log, "wb")  # noqa: SIM115 - the server writes it until stopped
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    _wait_line(proc, log, b"URL ", "the model server")
+    url = log.read_text().split("URL ", 1)[1].split()[0]
+    return proc, url
+
+
+def start_web(log: Path) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    out = open(log, "wb")  # noqa: SIM115 - the server writes it until stopped
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "studio.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port)],
+        cwd=ROOT, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    _wait_line(proc, log, b"Uvicorn running", "the web server")
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def prepare(model_url: str):
+    """A project whose default world model is the fake server, a world, and a token."""
+    from inference.worlds import parse_world
+    from studio.services.endpoints import EndpointData, make_default, save_endpoint
+    from studio.services.projects import do_create_project
+    from studio.services.tokens import create_token
+    from studio.services.worlds import save_world
+
+    project = do_create_project(name=f"bench-{os.getpid()}")
+    endpoint = save_endpoint(
+        project,
+        EndpointData(name="fake", role="world", kind="openai", base_url=model_url, model="m",
+                     max_tokens=64),
+    ).endpoint  # fmt: skip
+    make_default(endpoint)
+    world = save_world(
+        project,
+        parse_world({"name": "Bench shell", "domain": "terminal", "description": "A container.",
+                     "files": {"/srv/a.txt": "hello"}}),
+    ).world  # fmt: skip
+    _, token = create_token(project, "bench")
+    return world, token
+
+
+async def agent(url: str, steps: int, latencies: list[tuple[int, float]]) -> None:
+    from websockets.asyncio.client import connect
+
+    async with connect(url, max_size=2**24) as ws:
+        await ws.send(json.dumps({"type": "reset", "data": {"task": "look around"}}))
+        reply = json.loads(await ws.recv())
+        episode = int(reply["data"]["observation"]["episode_id"])
+        for k in range(steps):
+            started = time.perf_counter()
+            await ws.send(json.dumps({"type": "step", "data": {"action": f"cat /srv/a.txt # {k}"}}))
+            reply = json.loads(await ws.recv())
+            if reply["type"] != "observation":
+                raise SystemExit(f"step failed: {reply}")
+            latencies.append((episode, time.perf_counter() - started))
+        await ws.send(json.dumps({"type": "close"}))
+
+
+def main() -> None:
+    args = parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-episodes-") as tmpdir:
+        tmp = Path(tmpdir)
+        setup_environment(tmp)
+        # The model server, the web server and the workers are processes of their own, as
+        # in production: in one process they would share one interpreter lock.
+        procs = []
+        try:
+            model_proc, model_url = start_model(tmp / "model.log", args.model_ms / 1000)
+            procs.append(model_proc)
+            world, token = prepare(model_url)
+            procs.append(start_worker(tmp / "worker.log", args.workers))
+            web_proc, base = start_web(tmp / "web.log")
+            procs.append(web_proc)
+            url = base.replace("http://", "ws://") + f"/env/t/{token}/worlds/{world.pk}/ws"
+            latencies: list[tuple[int, float]] = []
+
+            async def run_all() -> None:
+                await asyncio.gather(
+                    *(agent(url, args.steps, latencies) for _ in range(args.agents))
+                )
+
+            started = time.perf_counter()
+            asyncio.run(run_all())
+            wall = time.perf_counter() - started
+        finally:
+            for proc in reversed(procs):
+                stop(proc)
+        report(args, latencies, wall)
+
+
+def report(args, latencies, wall: float) -> None:
+    from studio.models import Step
+
+    model_s = {}
+    for traj_id, index, timings in Step.objects.filter(
+        branch__trajectory__source_format="episode"
+    ).values_list("branch__trajectory_id", "index", "timings"):
+        model_s.setdefault(traj_id, []).append((index, float((timings or {}).get("duration_s", 0))))
+    model_total = sum(s for steps in model_s.values() for _, s in steps)
+    n = len(latencies)
+    overheads = []
+    by_episode: dict[int, list[float]] = {}
+    for episode, latency in latencies:
+        by_episode.setdefault(episode, []).append(latency)
+    for episode, lats in by_episode.items():
+        models = [s for _, s in sorted(model_s.get(episode, []))]
+        for latency, model in zip(lats, models, strict=False):
+            overheads.append(max(0.0, latency - model))
+    overheads.sort()
+    p50 = statistics.median(overheads) * 1000
+    p95 = overheads[int(0.95 * (len(overheads) - 1))] * 1000
+    db = "PostgreSQL" if "postgres" in os.environ.get("DATABASE_URL", "") else "SQLite"
+    broker = "Redis" if os.environ.get("REDIS_URL") else "filesystem broker"
+    print(f"episodes: {args.agents} agents x {args.steps} steps over WebSocket, {db}, {broker}, "
+          f"{args.workers} worker processes, model time {args.model_ms:.0f} ms per request")  # fmt: skip
+    print(f"steps: {n} in {wall:.2f} s = {n / wall:.1f} steps/s")
+    print(f"model time recorded: {model_total / max(1, n) * 1000:.1f} ms per step on average")
+    from studio.models import SimulationJob
+
+    jobs = list(SimulationJob.objects.filter(appends=True))
+    waits = sorted((j.started_at - j.created_at).total_seconds() for j in jobs if j.started_at)
+    runs = sorted(j.ran_s or 0.0 for j in jobs)
+    if jobs:
+        print(f"where it goes (medians): queued {statistics.median(waits) * 1000:.1f} ms "
+              f"(created to claimed), in the worker {statistics.median(runs) * 1000:.1f} ms "
+              f"(claimed to finished, model time included)")  # fmt: skip
+    print(f"studio overhead per step (latency minus model time, queueing included): "
+          f"p50 {p50:.1f} ms, p95 {p95:.1f} ms (goal: p50 under 50 ms) -> "
+          f"{'met' if p50 < 50 else 'not met'}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Per-project API tokens for agents outside the studio. A token is `awt_` and 32 random
+bytes (URL-safe); the database keeps its SHA-256, so a leaked database leaks no token."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.utils import timezone
+
+from studio.models import ApiToken, Project
+
+PREFIX = "awt_"
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(project: Project, name: str, user=None) -> tuple[ApiToken, str]:
+    """The new token's row and its text (shown once: only its hash is kept)."""
+    name = name.strip()
+    if not name:
+        raise ValueError("a token needs a name (what uses it)")
+    token = PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken.objects.create(
+        project=project, name=name[:100], prefix=token[:12], token_hash=_hash(token),
+        created_by=user,
+    )  # fmt: skip
+    return row, token
+
+
+def authenticate(token: str) -> ApiToken | None:
+    """The active token `token` is, or None (unknown, malformed or revoked)."""
+    if not token or not token.startswith(PREFIX) or len(token) > 200:
+        return None
+    row = (
+        ApiToken.objects.select_related("project")
+        .filter(token_hash=_hash(token), revoked_at__isnull=True)
+        .first()
+    )
+    if row is not None:
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+    return row
+
+
+def revoke(row: ApiToken) -> None:
+    ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())

@@ -1,0 +1,223 @@
+"""The episode API, in OpenEnv's convention, as an ASGI app (Starlette) beside Django:
+
+    GET  {base}/health                    {"status": "healthy"}
+    POST {base}/reset   {"task"?, "max_steps"?}          -> {"observation", "reward", "done"}
+    POST {base}/step    {"action": {...}, "episode_id"}  -> {"observation", "reward", "done"}
+    GET  {base}/state?episode_id=ID                      -> {"episode_id", "step_count", ...}
+    WS   {base}/ws      messages {"type": "reset"|"step"|"state"|"close", "data": {...}},
+                        answers {"type": "observation"|"state"|"error", "data": {...}}
+
+`base` is `/env/t/<token>/worlds/<world id>` (the token in the path: OpenEnv's WebSocket
+client sends no headers) or `/env/worlds/<world id>` with `Authorization: Bearer <token>`.
+A WebSocket connection is one episode at a time (reset starts a new one); over HTTP the
+agent names the episode. The model runs in workers: each step is a job, and this app waits
+for its row (no model, no torch in the web process)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from studio.services import episodes
+from studio.services.tokens import authenticate
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.005  # how often a waiting step looks at its job row
+
+
+def _db(fn):
+    """ORM work off the event loop, in the thread pool (many episodes wait at once)."""
+    return sync_to_async(fn, thread_sensitive=False)
+
+
+def _enqueue(job) -> None:
+    from studio.tasks import enqueue_simulation
+
+    enqueue_simulation(job)
+
+
+async def _run_step(trajectory, action) -> episodes.StepResult:
+    def start():
+        from django.db import transaction
+
+        with transaction.atomic():  # enqueue on commit, as every job is
+            job = episodes.start_step(trajectory, action)
+            _enqueue(job)
+        return job.pk
+
+    job_id = await _db(start)()
+    deadline = asyncio.get_running_loop().time() + settings.STUDIO_JOB_HARD_LIMIT_S + 60
+    while True:
+        job = await _db(episodes.finished_job)(job_id)
+        if job is not None:
+            return await _db(episodes.step_result)(job)
+        if asyncio.get_running_loop().time() > deadline:
+            raise episodes.EpisodeError("no answer in time (is a worker running?)")
+        await asyncio.sleep(POLL_S)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"detail": message}, status_code=status)
+
+
+def _token_of(scope_token: str | None, headers) -> str:
+    if scope_token:
+        return scope_token
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+
+
+async def _authorise(request_or_ws) -> tuple[Any, Any] | None:
+    token = await _db(authenticate)(
+        _token_of(request_or_ws.path_params.get("token"), request_or_ws.headers)
+    )
+    if token is None:
+        return None
+    world = await _db(episodes.world_of)(token, int(request_or_ws.path_params["world_id"]))
+    if world is None:
+        return None
+    return token, world
+
+
+def _payload(result: episodes.StepResult) -> dict[str, Any]:
+    return {"observation": result.observation, "reward": result.reward, "done": result.done}
+
+
+async def _json_body(request: Request) -> dict:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise episodes.EpisodeError(f"the body is not JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise episodes.EpisodeError("the body must be a JSON object")
+    return data
+
+
+async def health(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "healthy"})
+
+
+async def reset(request: Request) -> JSONResponse:
+    auth = await _authorise(request)
+    if auth is None:
+        return _error(401, "a valid API token of this world's project is required")
+    token, world = auth
+    try:
+        data = await _json_body(request)
+        _, result = await _db(episodes.reset)(
+            token, world, task=data.get("task", ""), max_steps=data.get("max_steps"),
+            client="http",
+        )  # fmt: skip
+    except episodes.EpisodeError as exc:
+        return _error(400, str(exc))
+    return JSONResponse(_payload(result))
+
+
+async def step(request: Request) -> JSONResponse:
+    auth = await _authorise(request)
+    if auth is None:
+        return _error(401, "a valid API token of this world's project is required")
+    token, _ = auth
+    try:
+        data = await _json_body(request)
+        trajectory = await _db(episodes.episode_of)(token, data.get("episode_id"))
+        result = await _run_step(trajectory, data.get("action"))
+    except episodes.EpisodeError as exc:
+        return _error(400, str(exc))
+    return JSONResponse(_payload(result))
+
+
+async def state(request: Request) -> JSONResponse:
+    auth = await _authorise(request)
+    if auth is None:
+        return _error(401, "a valid API token of this world's project is required")
+    token, _ = auth
+    try:
+        trajectory = await _db(episodes.episode_of)(token, request.query_params.get("episode_id"))
+    except episodes.EpisodeError as exc:
+        return _error(400, str(exc))
+    return JSONResponse(await _db(episodes.state)(trajectory))
+
+
+async def ws(websocket: WebSocket) -> None:
+    auth = await _authorise(websocket)
+    if auth is None:
+        await websocket.close(code=4401, reason="a valid API token is required")
+        return
+    await websocket.accept()
+    token, world = auth
+    trajectory = None
+
+    async def send(kind: str, data: dict) -> None:
+        await websocket.send_text(json.dumps({"type": kind, "data": data}))
+
+    try:
+        while True:
+            raw = await websocket.receive_text()
+            try:
+                message = json.loads(raw)
+                kind = message.get("type") if isinstance(message, dict) else None
+                data = (message.get("data") or {}) if isinstance(message, dict) else {}
+                if kind == "reset":
+                    trajectory, result = await _db(episodes.reset)(
+                        token, world, task=data.get("task", ""),
+                        max_steps=data.get("max_steps"), client="websocket",
+                    )  # fmt: skip
+                    await send("observation", _payload(result))
+                elif kind == "step":
+                    if trajectory is None:
+                        raise episodes.EpisodeError("reset first: no episode on this connection")
+                    result = await _run_step(trajectory, data)
+                    await send("observation", _payload(result))
+                elif kind == "state":
+                    if trajectory is None:
+                        raise episodes.EpisodeError("reset first: no episode on this connection")
+                    await send("state", await _db(episodes.state)(trajectory))
+                elif kind == "close":
+                    break
+                else:
+                    raise episodes.EpisodeError(f"unknown message type {kind!r}")
+            except json.JSONDecodeError as exc:
+                await send("error", {"message": f"Invalid JSON: {exc.msg}", "code": "INVALID_JSON"})
+            except episodes.EpisodeError as exc:
+                await send("error", {"message": str(exc), "code": "EPISODE_ERROR"})
+    except WebSocketDisconnect:
+        pass
+    finally:
+        try:
+            await websocket.close()
+        except RuntimeError:
+            pass  # already closed
+
+
+def _routes(prefix: str) -> list:
+    return [
+        Route(f"{prefix}/health", health, methods=["GET"]),
+        Route(f"{prefix}/reset", reset, methods=["POST"]),
+        Route(f"{prefix}/step", step, methods=["POST"]),
+        Route(f"{prefix}/state", state, methods=["GET"]),
+        WebSocketRoute(f"{prefix}/ws", ws),
+    ]
+
+
+app = Starlette(
+    routes=[
+        Route("/env/health", health, methods=["GET"]),
+        *_routes("/env/t/{token}/worlds/{world_id:int}"),
+        *_routes("/env/worlds/{world_id:int}"),
+    ]
+)
