@@ -155,8 +155,14 @@ def read_tools(raw: Any, where: str = "tools") -> tuple[dict[str, Any], ...]:
         params = fn.get("parameters", fn.get("inputSchema", {"type": "object", "properties": {}}))
         if not isinstance(params, Mapping):
             raise WorldError(f"{at}: parameters must be a JSON Schema object")
+        if "$schema" in params and not isinstance(params["$schema"], str):
+            raise WorldError(f"{at}: parameters.$schema must be the URI of a JSON Schema dialect")
+        if len(name) > 200 or len(description) > MAX_TEXT:
+            raise WorldError(f"{at}: the name (200) or description ({MAX_TEXT:,}) is too long")
         try:
             validators.validator_for(params).check_schema(params)
+        except RecursionError:
+            raise WorldError(f"{at}: parameters are nested too deeply") from None
         except exceptions.SchemaError as exc:
             path = "/".join(str(p) for p in exc.path) or "(root)"
             raise WorldError(
@@ -189,6 +195,8 @@ def parse_world(data: Any) -> WorldSpec:
     name = _text(data, "name", "", required=True).strip()
     if not name:
         raise WorldError("name is required")
+    if len(name) > 200:
+        raise WorldError("name is longer than 200 characters")
     domain = _text(data, "domain", "", required=True)
     if domain not in DOMAINS:
         raise WorldError(f"domain must be one of {', '.join(DOMAINS)}, got {domain!r}")
@@ -196,11 +204,15 @@ def parse_world(data: Any) -> WorldSpec:
     for i, entry in enumerate(_list(data, "knowledge")):
         if not isinstance(entry, str):
             raise WorldError(f"knowledge[{i}] must be text")
+        if len(entry) > MAX_TEXT:
+            raise WorldError(f"knowledge[{i}] is longer than {MAX_TEXT:,} characters")
         if entry.strip():
             knowledge.append(entry.replace("\r\n", "\n").strip())
     files_raw = data.get("files") or {}
     if not isinstance(files_raw, Mapping):
         raise WorldError("files must be an object of path: content")
+    if len(files_raw) > MAX_ITEMS:
+        raise WorldError(f"files has more than {MAX_ITEMS} entries")
     files = []
     for path, content in files_raw.items():
         clean = str(path).strip()

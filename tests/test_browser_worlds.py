@@ -11,8 +11,10 @@ import re
 import pytest
 
 from studio.models import Branch, JobStatus, Perturbation, SimulationJob, World
+from studio.services.endpoints import EndpointData, make_default, save_endpoint
 from tests.support.branching import make_trajectory
 from tests.support.browser import shot
+from tests.support.fake_openai import fake_openai_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -23,7 +25,20 @@ MCP_STEPS = [
 ]
 
 
+def answer(request: dict, index: int) -> str:
+    return '<predicted_observation>{"temp_c": 12, "sky": "rain"}</predicted_observation>'
+
+
 def test_build_a_world_fork_into_it_and_play_it(page, live_server, login, project, default_worker):
+    with fake_openai_server(answer) as srv:
+        # a world model that reads the world's prompt (the baseline does not): the default
+        save_endpoint(project, EndpointData(name="Fake world model", role="world", kind="openai",
+                                            base_url=srv.base_url, model="w"))  # fmt: skip
+        make_default(project.endpoints.get(name="Fake world model"))
+        build_fork_and_play(page, live_server, login, project)
+
+
+def build_fork_and_play(page, live_server, login, project):
     trajectory, root = make_trajectory(project, domain="mcp", steps=MCP_STEPS, key="w-browser")
     Perturbation.objects.create(
         project=project, name="Tool down", kind="tool_error",
@@ -100,6 +115,7 @@ def test_build_a_world_fork_into_it_and_play_it(page, live_server, login, projec
         page.wait_for_selector(f"#play-step-{k}", timeout=60_000)  # moved to the new branch
     steps = page.locator(".play-step").all_inner_texts()
     assert len(steps) == 3 and "perturbed: Tool down" in steps[1]
+    assert all("world: Rainy Lyon v1" in s for s in steps)  # played in the world, and says so
     assert "weather service down" in steps[1] and "perturbed" not in steps[2]
     shot(page, "playground")
     newest = Branch.objects.get(pk=int(re.search(r"/branches/(\d+)/play/", page.url).group(1)))

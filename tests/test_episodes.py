@@ -105,6 +105,8 @@ def test_plain_http_episode_is_recorded_live(served, default_worker):
                                                  "action": {"action": "cat /srv/notes.txt"}})  # fmt: skip
     assert status == 200, first
     assert first["observation"]["step"] == 0 and first["done"] is False
+    # the project's default is the baseline, and the agent is told it is not the world
+    assert first["observation"]["baseline"].startswith("retrieval (non-neural)")
     trajectory.refresh_from_db()
     assert trajectory.step_count == 1  # recorded as it happened
     (step,) = trajectory.root_branch.steps.all()
@@ -187,3 +189,24 @@ def test_openenvs_generic_client_drives_a_world_unchanged(served, default_worker
         assert state["step_count"] == 1
     trajectory = Trajectory.objects.get(pk=int(first.observation["episode_id"]))
     assert trajectory.root_branch.steps.get().action == "cat /srv/notes.txt"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_a_token_revoked_mid_connection_stops_the_episode(served, default_worker):
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    from studio.services.tokens import revoke
+
+    base, token, world = served
+    with connect(base.replace("http://", "ws://") + f"/env/t/{token}/worlds/{world.pk}/ws") as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"task": "t"}}))
+        reset = json.loads(ws.recv())
+        revoke(ApiToken.objects.get())
+        ws.send(json.dumps({"type": "step", "data": {"action": "ls"}}))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv()
+        assert closed.value.rcvd.code == 4401
+    trajectory = Trajectory.objects.get(pk=int(reset["data"]["observation"]["episode_id"]))
+    assert trajectory.root_branch.steps.count() == 0  # nothing after the revocation

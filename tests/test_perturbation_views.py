@@ -136,6 +136,10 @@ def test_editor_errors_land_on_the_perturbation_fields(researcher_client, projec
     assert "with one perturbation or sweep several, not both" in both.content.decode()
     one = researcher_client.post(url, editor_post(project, sweep=[str(cut.pk)]))
     assert "a sweep compares 2 to 8 perturbations, got 1" in one.content.decode()
+    never = researcher_client.post(url, editor_post(project, rule_perturbation=str(cut.pk)))
+    assert "it starts at step 3, but next observation simulates only step 2" in (
+        never.content.decode()
+    )  # a later-steps rule in next mode would be shown perturbing nothing
     stray = researcher_client.post(url, editor_post(project, rule_probability="0.5"))
     assert "Choose the perturbation these rule fields are for." in stray.content.decode()
     assert not SimulationJob.objects.exists()

@@ -228,9 +228,14 @@ def test_a_sweep_gives_each_perturbation_its_own_futures():
     assert sink.steps[0][0].observation == "ran" + P.TRUNCATION_MARKER
     assert sink.steps[2][0].observation == ""
     assert sink.steps[4][0].observation.startswith("timeout:")
-    # the two futures the model was needed for went in one call; the timeouts needed none
+    # one call for the entries that needed the model, sampled once per sample number (the
+    # timeouts needed none): every column perturbs the same base observations
     (sent,) = backend.requests
-    assert sent.params.n == 4
+    assert sent.params.n == 2
+    for sample in (0, 1):
+        base = f"ran python3 -V #{sample}"
+        assert sink.steps[sample][0].meta["unperturbed_observation"] == base
+        assert sink.steps[sample + 2][0].meta["unperturbed_observation"] == base
     with pytest.raises(InvalidRequest) as info:
         request(2, "ls", n=40, sweep=sweep)
     assert "3 x 40 = 120 futures, more than 64" in info.value.errors["n"][0]

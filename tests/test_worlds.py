@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from inference import worlds as W
 from studio.models import Project, SimulationJob, Trajectory, World, WorldVersion
+from studio.services.endpoints import EndpointData, save_endpoint
 from studio.services.worlds import import_world, save_world, start_trajectory
 from tests.support.branching import make_trajectory
 from tests.test_branching_views import editor_post
@@ -238,8 +239,14 @@ def test_upload_import_errors_name_the_tool_and_export_downloads(researcher_clie
 def test_a_fork_in_a_world_records_the_version(researcher_client, project):
     t, root = make_trajectory(project, domain="mcp", steps=[('{"name": "get_weather"}', "{}")] * 2)
     saved = save_world(project, W.parse_world(WORLD))
-    post = editor_post(project, action='{"name": "get_weather", "arguments": {"city": "Lyon"}}',
-                       world=str(saved.world.pk))  # fmt: skip
+    action = '{"name": "get_weather", "arguments": {"city": "Lyon"}}'
+    # the baseline reads no prompt: simulating "in a world" with it would be a false label
+    baseline = editor_post(project, action=action, world=str(saved.world.pk))
+    refused = researcher_client.post(reverse("branch_fork", args=[root.pk, 1]), baseline)
+    assert refused.status_code == 400 and "never reads a world" in refused.content.decode()
+    model = save_endpoint(project, EndpointData(name="lab", role="world", kind="openai",
+                                                base_url="http://127.0.0.1:9/v1", model="m"))  # fmt: skip
+    post = {**baseline, "world_endpoint": str(model.endpoint.pk)}
     response = researcher_client.post(reverse("branch_fork", args=[root.pk, 1]), post)
     assert response.status_code == 302, response.content.decode()[:3000]
     job = SimulationJob.objects.get()
@@ -294,3 +301,23 @@ def test_worlds_command_refuses_an_invalid_tool_schema_naming_the_tool(tmp_path)
         Project.objects.create(name="Empty")
         call_command("worlds", "export", "Nope", "--project", "Empty", "--out", "-")
     assert not Trajectory.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"tools": [{"name": "t", "inputSchema": {"$schema": []}}]},
+         r"parameters.\$schema must be the URI"),
+        ({"name": "x" * 201}, "name is longer than 200"),
+    ],
+)  # fmt: skip
+def test_odd_worlds_are_refused_not_crashed_on(change, message):
+    with pytest.raises(W.WorldError, match=message):
+        W.parse_world({**WORLD, **change})
+
+
+@pytest.mark.django_db
+def test_a_blank_task_gets_a_default(project):
+    saved = save_world(project, W.parse_world(WORLD))
+    trajectory = start_trajectory(saved.version, "   ")
+    assert trajectory.task_instruction == "An episode in Lyon Weather Co"

@@ -150,10 +150,12 @@ class SimulationRequest:
             return self.sweep[min(sample // self.samples_per_perturbation, len(self.sweep) - 1)]
         if not self.perturbations:
             return None
+        # a sweep's columns draw alike: sample j of every entry gets the same draws
+        drawn = sample % self.samples_per_perturbation if self.sweep else sample
         return perturbing.choose(
             self.perturbations,
             seed=self.perturbation_seed,
-            sample=sample,
+            sample=drawn,
             index=index,
             action=action,
         )
@@ -220,6 +222,7 @@ class SimulationRequest:
         )
         world_model = v.world_model(defaults)
         rules = v.perturbations(world_model)
+        v.rules_reachable(rules, mode, fork_index, max_steps)
         sweep = v.sweep(world_model)
         if sweep and n is not None:
             if n * len(sweep) > limits.MAX_FUTURES:
@@ -439,16 +442,48 @@ class _Validator:
             self.error("perturbations", str(exc))
             return ()
         if world_model.backend not in limits.BACKENDS_NEEDING_MODEL:
-            for rule in rules:
+            for i, rule in enumerate(rules):
                 if rule.perturbation.mode == perturbing.PROMPTED:
                     self.error(
                         "perturbations",
-                        f"{rule.perturbation.label}: the {world_model.backend} baseline "
-                        "cannot follow a prompted perturbation's instruction; apply it "
-                        "deterministically or pick a world model",
+                        f"perturbations[{i}] ({rule.perturbation.label}): the "
+                        f"{world_model.backend} baseline cannot follow a prompted "
+                        "perturbation's instruction; apply it deterministically or pick a "
+                        "world model",
                     )
                     break
         return rules
+
+    def rules_reachable(
+        self,
+        rules: tuple[perturbing.Rule, ...],
+        mode: str,
+        fork_index: int | None,
+        max_steps: int | None,
+    ) -> None:
+        """A rule none of whose steps is ever simulated would be shown as a perturbation
+        that did nothing: refuse it, naming it."""
+        if fork_index is None:
+            return
+        last = fork_index if mode == "next" else None
+        if mode == "rollout" and max_steps is not None:
+            last = fork_index + max_steps - 1
+        for i, rule in enumerate(rules):
+            if rule.last_step is not None and rule.last_step < fork_index:
+                self.error(
+                    "perturbations",
+                    f"perturbations[{i}] ({rule.perturbation.label}): its steps end at "
+                    f"{rule.last_step}, before the fork step {fork_index}",
+                )
+            elif last is not None and rule.first_step is not None and rule.first_step > last:
+                what = (
+                    "next observation simulates only" if mode == "next" else "this rollout ends at"
+                )
+                self.error(
+                    "perturbations",
+                    f"perturbations[{i}] ({rule.perturbation.label}): it starts at step "
+                    f"{rule.first_step}, but {what} step {last}",
+                )
 
     def sweep(self, world_model: WorldModelChoice) -> tuple[perturbing.Perturbation, ...]:
         raw = self.data.get("sweep")

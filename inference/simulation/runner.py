@@ -370,12 +370,31 @@ class SimulationRunner:
             seed=sampling.seed,
             n=1,
         )
-        if all(t == tails[0] for t in tails):
+        # which completion each future takes: its own, or, for a sweep's deterministic
+        # entries at the fork, the one of its sample number within the entry, so every
+        # column perturbs the same base observations
+        k = self.request.samples_per_perturbation
+        shared = (
+            bool(self.request.sweep)
+            and index == self.request.fork_index
+            and all(t == tails[0] for t in tails)
+        )
+        if shared:
+            params.n = k
+            generation = GenerationRequest(messages=self.prefix + tails[0], params=params)
+            takes = [f.sample % k for f in futures]
+        elif all(t == tails[0] for t in tails):
             params.n = len(tails)  # one prompt, N samples: the backend shares the prefix
             generation = GenerationRequest(messages=self.prefix + tails[0], params=params)
+            takes = list(range(len(futures)))
         else:
             generation = GenerationRequest(branches=[self.prefix + t for t in tails], params=params)
+            takes = list(range(len(futures)))
+        expected = params.n if shared else len(futures)
         del tails
+        listeners: dict[int, list[_Future]] = {}
+        for f, take in zip(futures, takes, strict=True):
+            listeners.setdefault(take, []).append(f)
         for f in futures:
             f.decode_started = None
             self.sink.live(f.sample, self._live(f, "prefill", "", 0))
@@ -385,32 +404,33 @@ class SimulationRunner:
 
         def on_event(event: StreamEvent) -> bool:
             nonlocal decoding
-            if 0 <= event.sample < len(futures):
-                f = futures[event.sample]
+            for f in listeners.get(event.sample, ()):
                 if event.phase == "decoding" and f.decode_started is None:
                     f.decode_started = self.clock()
                 self.sink.live(f.sample, self._live(f, event.phase, event.text, event.tokens_out))
-                if event.phase == "decoding" and not decoding:
-                    decoding = True
-                    self.sink.phase("decoding")
+            if event.phase == "decoding" and not decoding:
+                decoding = True
+                self.sink.phase("decoding")
             return self._should_stop()
 
         started = self.clock()
         completions = self.backend.generate(generation, on_event)
         wall = self.clock() - started
         del generation
-        if len(completions) != len(futures):
+        if len(completions) != expected:
             raise BackendError(
-                f"the backend returned {len(completions)} completions for {len(futures)} prompts"
+                f"the backend returned {len(completions)} completions for {expected} prompts"
             )
         self._check_stop()
         self.sink.phase("saving")
         self.totals.prefill_s += max((c.prefill_s for c in completions), default=0.0)
         decode = max((c.decode_s for c in completions), default=0.0)
         self.totals.decode_s += decode if decode > 0 else wall
-        for f, current, completion in zip(futures, currents, completions, strict=True):
+        for completion in completions:
             self.totals.tokens_in += completion.tokens_in
             self.totals.tokens_out += completion.tokens_out
+        for f, current, take in zip(futures, currents, takes, strict=True):
+            completion = completions[take]
             if completion.finish_reason == "cancelled":
                 self._check_stop()
                 raise Cancelled
@@ -451,7 +471,7 @@ class SimulationRunner:
         None when a deterministic perturbation answered without the model."""
         meta: dict = {"backend": self.request.backend, "model": self.request.world_model.model}
         if completion is None:
-            thinking, raw_output, status, observation = "", "", "ok", ""
+            thinking, raw_output, status, observation = "", "", "", ""  # no model output
             meta = {"model_call": False}
             timings: dict = {}
         else:

@@ -252,6 +252,12 @@ class SimulateForm(forms.Form):
         rule_fields = self._perturbation_input(data, given)
         world = data.get("world_endpoint")
         agent = data.get("agent_endpoint")
+        if data.get("world") is not None and world is not None and world.kind == "retrieval":
+            self.add_error(
+                "world",
+                "The retrieval baseline answers with recorded observations and never reads a "
+                "world's prompt: pick a world model to simulate in a world.",
+            )
         if world is not None:
             given.update(world_input(world))
         if agent is not None:

@@ -83,6 +83,8 @@ class ToolForm(forms.Form):
             return {"type": "object", "properties": {}}
         try:
             return json.loads(text)
+        except RecursionError:
+            raise forms.ValidationError("The JSON is nested too deeply.") from None
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(
                 f"Not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}."
@@ -237,6 +239,10 @@ class WorldEditor:
         if self.import_text.strip():
             try:
                 imported = json.loads(self.import_text)
+            except RecursionError:
+                raise worlding.WorldError(
+                    "tools to import: the JSON is nested too deeply"
+                ) from None
             except json.JSONDecodeError as exc:
                 raise worlding.WorldError(
                     f"tools to import: not valid JSON at line {exc.lineno}, column "

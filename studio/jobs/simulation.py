@@ -298,6 +298,16 @@ def run_simulation_job(job_id: int, message_id: str = "") -> None:
     outcome = RunOutcome(status=FAILED)
     with JobMonitor(SimulationJob, job.pk) as monitor:
         try:
+            world_label = (job.params or {}).get("world")
+            if world_label and not job.world_version_id:
+                raise InvalidRequest(
+                    {
+                        "world": [
+                            f"version {world_label.get('version')} of world "
+                            f"{world_label.get('name')!r} was deleted before the job ran"
+                        ]
+                    }
+                )
             spec = job.world_version.spec() if job.world_version_id else None
             world = world_context(job.branch, job.fork_index, spec)
             request = request_of(job, world.recorded)

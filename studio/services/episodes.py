@@ -11,8 +11,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
 from inference.simulation.request import InvalidRequest
-from studio.models import ApiToken, EndpointRole, JobStatus, SimulationJob, Trajectory, World
+from studio.models import (
+    ApiToken,
+    Branch,
+    EndpointRole,
+    JobStatus,
+    SimulationJob,
+    Trajectory,
+    World,
+)
 from studio.services.endpoints import default_endpoint, sampling_defaults, world_input
 from studio.services.simulation import build_request, start_simulation
 from studio.services.worlds import start_trajectory
@@ -47,11 +57,13 @@ def reset(
         raise EpisodeError(f"max_steps must be a whole number from 1 to {MAX_STEPS_LIMIT}")
     if not isinstance(task, str):
         raise EpisodeError("task must be text (the instruction the agent was given)")
-    trajectory = start_trajectory(version, task or f"An episode in {world.name}")
-    meta = dict(trajectory.metadata or {})
-    meta["episode"] = {"token": token.name, "client": client, "max_steps": limit}
-    Trajectory.objects.filter(pk=trajectory.pk).update(metadata=meta, source_format="episode")
+    with transaction.atomic():  # never a half-made episode
+        trajectory = start_trajectory(version, task or f"An episode in {world.name}")
+        meta = dict(trajectory.metadata or {})
+        meta["episode"] = {"token": token.name, "client": client, "max_steps": limit}
+        Trajectory.objects.filter(pk=trajectory.pk).update(metadata=meta, source_format="episode")
     trajectory.metadata = meta
+    trajectory.source_format = "episode"
     spec = version.spec()
     return trajectory, StepResult(
         observation={
@@ -98,6 +110,8 @@ def start_step(trajectory: Trajectory, action: Any) -> SimulationJob:
     """Queue the world model's answer to `action` at the episode's next step."""
     text = action_text(action)
     branch = trajectory.root_branch
+    # one step at a time: two agents' calls on one episode queue behind this lock
+    Branch.objects.select_for_update().filter(pk=branch.pk).first()
     index = branch.all_steps().count()
     limit = (trajectory.metadata or {}).get("episode", {}).get("max_steps", DEFAULT_MAX_STEPS)
     if index >= limit:
@@ -122,9 +136,12 @@ def start_step(trajectory: Trajectory, action: Any) -> SimulationJob:
         request = build_request(branch, data)
     except InvalidRequest as exc:
         raise EpisodeError(exc.summary()) from None
-    return start_simulation(
-        user=None, branch=branch, request=request, world_endpoint=endpoint, append=True
-    )
+    try:
+        return start_simulation(
+            user=None, branch=branch, request=request, world_endpoint=endpoint, append=True
+        )
+    except InvalidRequest as exc:
+        raise EpisodeError(exc.summary()) from None
 
 
 def finished_job(job_id: int) -> SimulationJob | None:
@@ -149,6 +166,9 @@ def step_result(job: SimulationJob) -> StepResult:
     perturbation = (step.meta or {}).get("perturbation")
     if isinstance(perturbation, dict):
         observation["perturbation"] = perturbation.get("label")
+    if job.backend == "retrieval":
+        # said to the agent too: the baseline reads no world, it returns a recorded answer
+        observation["baseline"] = "retrieval (non-neural): a recorded observation, not the world's"
     return StepResult(observation=observation, done=step.index + 1 >= limit)
 
 

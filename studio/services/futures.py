@@ -132,6 +132,26 @@ def _perturbed_under(step: Step | None) -> str:
     return str(perturbation.get("label", "")) if isinstance(perturbation, dict) else ""
 
 
+def _swept_entry(child: Branch) -> str:
+    """A sweep's future without its fork step (failed, queued, cancelled) still belongs to
+    its entry's experiment: its label, from the job's copy of the sweep."""
+    from inference import perturbations as perturbing
+
+    job = child.job
+    sweep = (job.params or {}).get("sweep") if job is not None else None
+    if job is None or not sweep:
+        return ""
+    per = max(1, job.n // len(sweep))
+    entry = sweep[min(child.sample_index // per, len(sweep) - 1)]
+    try:
+        return perturbing.build(
+            entry.get("kind"), entry.get("params"), entry.get("mode", "deterministic"),
+            entry.get("name", ""),
+        ).label  # fmt: skip
+    except (perturbing.PerturbationError, AttributeError):
+        return ""
+
+
 class _Compared:
     """One observation as the near-duplicate test compares it (`meaning_similarity`'s
     tokens), each token list and its counts computed once however many pairs it is in."""
@@ -188,7 +208,7 @@ def _group_by_action(
     for child in futures:
         step = fork_steps.get(child.pk)
         action = step.action if step is not None else (child.job.action if child.job else "")
-        swept = _perturbed_under(step)
+        swept = _perturbed_under(step) or _swept_entry(child)
         key = action_key(action, swept)
         if key not in groups:
             edited = action_key(action) != recorded_key

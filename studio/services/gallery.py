@@ -5,7 +5,11 @@ perturbed, as two one-future jobs on the project's default world model."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from uuid import uuid4
 
+from django.db import transaction
+
+from inference.simulation.request import InvalidRequest
 from studio.demo_data.scenarios import Scenario
 from studio.models import Branch, EndpointRole, Project, SimulationJob, Step, Trajectory
 from studio.services.endpoints import default_endpoint, sampling_defaults, world_input
@@ -61,16 +65,13 @@ def has_neural_world_model(project: Project) -> bool:
     return _world_model(project)[1]
 
 
-def _latest(project: Project, s: Scenario, variant: str) -> Variant:
-    job = (
-        SimulationJob.objects.filter(
-            trajectory__project=project,
-            params__scenario__key=s.key,
-            params__scenario__variant=variant,
-        )
-        .order_by("-created_at", "-pk")
-        .first()
+def _latest(project: Project, s: Scenario, variant: str, run: str | None = None) -> Variant:
+    jobs = SimulationJob.objects.filter(
+        trajectory__project=project, params__scenario__key=s.key, params__scenario__variant=variant
     )
+    if run is not None:
+        jobs = jobs.filter(params__scenario__run=run)
+    job = jobs.order_by("-created_at", "-pk").first()
     if job is None:
         return Variant(variant)
     branch = job.branches.first()
@@ -84,7 +85,8 @@ def scenario_state(project: Project, s: Scenario) -> ScenarioState:
     ).first()
     endpoint, neural = _world_model(project)
     plain = _latest(project, s, PLAIN)
-    perturbed = _latest(project, s, PERTURBED)
+    run = ((plain.job.params or {}).get("scenario") or {}).get("run", "") if plain.job else None
+    perturbed = _latest(project, s, PERTURBED, run) if plain.job else Variant(PERTURBED)
     if _needs_model(s) and not neural and perturbed.job is None:
         perturbed.sample = s.sample
     return ScenarioState(
@@ -119,16 +121,19 @@ def run_scenario(project: Project, s: Scenario, user=None) -> list[SimulationJob
     if neural or not _needs_model(s):
         rule = {**s.perturbation, "first_step": s.step, "last_step": s.step}
         runs.append((PERTURBED, {**base, "perturbations": [rule]}))
-    jobs = []
-    for variant, data in runs:
-        request = build_request(root, data)
-        jobs.append(
+    try:  # both checked before any job is made
+        requests = [(variant, build_request(root, data)) for variant, data in runs]
+    except InvalidRequest as exc:
+        raise ScenarioError(exc.summary()) from None
+    run = uuid4().hex[:12]  # the runs shown side by side are of one click
+    with transaction.atomic():
+        return [
             start_simulation(
                 user=user,
                 branch=root,
                 request=request,
                 world_endpoint=endpoint,
-                labels={"scenario": {"key": s.key, "variant": variant}},
+                labels={"scenario": {"key": s.key, "variant": variant, "run": run}},
             )
-        )
-    return jobs
+            for variant, request in requests
+        ]

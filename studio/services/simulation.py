@@ -80,6 +80,20 @@ def start_simulation(
     In a fictional world (`world_version`), the world's prompt and tools are used."""
     user_id = getattr(user, "pk", None)
     agent = request.agent
+    reads_prompts = request.world_model.backend != "retrieval"
+    if world_version is not None and not reads_prompts:
+        raise InvalidRequest(
+            {
+                "world": [
+                    "the retrieval baseline answers with recorded observations and never reads "
+                    "a world's prompt: pick a world model to simulate in a world"
+                ]
+            }
+        )
+    if world_version is None and reads_prompts:
+        # a trajectory started in a world (or an episode) runs in it, and says so; the
+        # baseline, which reads no prompt, does not claim it
+        world_version = world_of_trajectory(branch.trajectory)
     with transaction.atomic():
         job = SimulationJob.objects.create(
             requester_id=user_id,
@@ -182,6 +196,22 @@ def future_name(job_id: int, sample: int, fork_index: int, action: str, perturba
     return name + (f" · {perturbation.label}" if perturbation is not None else "")
 
 
+def world_of_trajectory(trajectory) -> WorldVersion | None:
+    """The world version a trajectory was started in (or an episode played in), if it is
+    still there: its jobs run in it and their steps say so."""
+    world = (trajectory.metadata or {}).get("world")
+    if not isinstance(world, dict) or trajectory.source_format not in ("world", "episode"):
+        return None
+    world_id, number = world.get("id"), world.get("version")
+    if not isinstance(world_id, int) or not isinstance(number, int):
+        return None
+    return (
+        WorldVersion.objects.select_related("world")
+        .filter(world_id=world_id, number=number)
+        .first()
+    )
+
+
 def world_label(version: WorldVersion) -> dict[str, Any]:
     return {"id": version.world_id, "name": version.world.name, "version": version.number}
 
@@ -237,6 +267,10 @@ def retry_simulation(job: SimulationJob, user=None) -> SimulationJob:
     if not job.is_finished:
         raise InvalidRequest(
             {"job": [f"job {job.pk} is still {job.status}; cancel it or wait before retrying"]}
+        )
+    if job.appends:
+        raise InvalidRequest(
+            {"job": [f"job {job.pk} is a step of an episode: the agent plays it again, not Retry"]}
         )
     world = (job.params or {}).get("world")
     if world and job.world_version is None:

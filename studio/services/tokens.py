@@ -30,8 +30,9 @@ def create_token(project: Project, name: str, user=None) -> tuple[ApiToken, str]
     return row, token
 
 
-def authenticate(token: str) -> ApiToken | None:
-    """The active token `token` is, or None (unknown, malformed or revoked)."""
+def authenticate(token: str, *, touch: bool = True) -> ApiToken | None:
+    """The active token `token` is, or None (unknown, malformed or revoked). `touch` records
+    the use (not for reads: a GET never writes)."""
     if not token or not token.startswith(PREFIX) or len(token) > 200:
         return None
     row = (
@@ -39,9 +40,13 @@ def authenticate(token: str) -> ApiToken | None:
         .filter(token_hash=_hash(token), revoked_at__isnull=True)
         .first()
     )
-    if row is not None:
+    if row is not None and touch:
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
     return row
+
+
+def still_active(row: ApiToken) -> bool:
+    return ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).exists()
 
 
 def revoke(row: ApiToken) -> None:

@@ -64,12 +64,13 @@ def start_trajectory(version: WorldVersion, task_instruction: str, user=None) ->
     spec = version.spec()
     composed = worlding.compose(spec)
     world = version.world
+    task_instruction = task_instruction.strip() or f"An episode in {spec.name}"
     with transaction.atomic():
         trajectory = Trajectory.objects.create(
             project=world.project,
             domain=spec.domain,
-            title=f"{spec.name}: {task_instruction.strip().splitlines()[0][:80]}",
-            task_instruction=task_instruction.strip(),
+            title=f"{spec.name}: {task_instruction.splitlines()[0][:80]}",
+            task_instruction=task_instruction,
             system_prompt=composed.system_prompt,
             tools=[t["function"] for t in spec.tools],
             metadata={"world": {"id": world.pk, "name": world.name, "version": version.number}},

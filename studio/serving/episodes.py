@@ -29,7 +29,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from studio.services import episodes
-from studio.services.tokens import authenticate
+from studio.services.tokens import authenticate, still_active
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +78,9 @@ def _token_of(scope_token: str | None, headers) -> str:
     return auth[7:].strip() if auth.lower().startswith("bearer ") else ""
 
 
-async def _authorise(request_or_ws) -> tuple[Any, Any] | None:
-    token = await _db(authenticate)(
-        _token_of(request_or_ws.path_params.get("token"), request_or_ws.headers)
-    )
+async def _authorise(request_or_ws, *, touch: bool = True) -> tuple[Any, Any] | None:
+    text = _token_of(request_or_ws.path_params.get("token"), request_or_ws.headers)
+    token = await _db(authenticate)(text, touch=touch)
     if token is None:
         return None
     world = await _db(episodes.world_of)(token, int(request_or_ws.path_params["world_id"]))
@@ -102,6 +101,10 @@ async def _json_body(request: Request) -> dict:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise episodes.EpisodeError(f"the body is not JSON: {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise episodes.EpisodeError("the body is not UTF-8 JSON") from None
+    except RecursionError:
+        raise episodes.EpisodeError("the body's JSON is nested too deeply") from None
     if not isinstance(data, dict):
         raise episodes.EpisodeError("the body must be a JSON object")
     return data
@@ -142,7 +145,7 @@ async def step(request: Request) -> JSONResponse:
 
 
 async def state(request: Request) -> JSONResponse:
-    auth = await _authorise(request)
+    auth = await _authorise(request, touch=False)  # a read: nothing is written
     if auth is None:
         return _error(401, "a valid API token of this world's project is required")
     token, _ = auth
@@ -154,7 +157,7 @@ async def state(request: Request) -> JSONResponse:
 
 
 async def ws(websocket: WebSocket) -> None:
-    auth = await _authorise(websocket)
+    auth = await _authorise(websocket, touch=False)
     if auth is None:
         await websocket.close(code=4401, reason="a valid API token is required")
         return
@@ -168,10 +171,15 @@ async def ws(websocket: WebSocket) -> None:
     try:
         while True:
             raw = await websocket.receive_text()
+            if not await _db(still_active)(token):  # revoked while connected: stop here
+                await websocket.close(code=4401, reason="the API token was revoked")
+                return
             try:
                 message = json.loads(raw)
                 kind = message.get("type") if isinstance(message, dict) else None
                 data = (message.get("data") or {}) if isinstance(message, dict) else {}
+                if not isinstance(data, dict):
+                    raise episodes.EpisodeError("a message's data must be a JSON object")
                 if kind == "reset":
                     trajectory, result = await _db(episodes.reset)(
                         token, world, task=data.get("task", ""),
@@ -193,6 +201,8 @@ async def ws(websocket: WebSocket) -> None:
                     raise episodes.EpisodeError(f"unknown message type {kind!r}")
             except json.JSONDecodeError as exc:
                 await send("error", {"message": f"Invalid JSON: {exc.msg}", "code": "INVALID_JSON"})
+            except RecursionError:
+                await send("error", {"message": "JSON nested too deeply", "code": "INVALID_JSON"})
             except episodes.EpisodeError as exc:
                 await send("error", {"message": str(exc), "code": "EPISODE_ERROR"})
     except WebSocketDisconnect:

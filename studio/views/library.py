@@ -38,7 +38,10 @@ def search_trajectories(project: Project, data: dict) -> QuerySet[Trajectory]:
         if perturbation == "*":
             perturbed = perturbed.filter(observation_source=ObservationSource.PERTURBED)
         else:
-            perturbed = perturbed.filter(meta__perturbation__label=perturbation)
+            perturbed = perturbed.filter(
+                meta__perturbation__label=perturbation,
+                observation_source=ObservationSource.PERTURBED,
+            )
         qs = qs.filter(Exists(perturbed))
     q = data.get("q")
     if q:

@@ -176,6 +176,10 @@ def world_import(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         messages.error(
             request, f"{upload.name}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})."
         )
+    except RecursionError:
+        messages.error(
+            request, f"{upload.name}: its JSON is nested too deeply. Nothing was imported."
+        )
     except worlding.WorldError as exc:
         messages.error(request, f"{upload.name}: {exc}. Nothing was imported.")
     else:

@@ -58,6 +58,8 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
             ) from None
+        except RecursionError:
+            raise CommandError(f"{path}: its JSON is nested too deeply") from None
         from inference.worlds import parse_world
 
         try:
