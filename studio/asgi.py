@@ -17,6 +17,6 @@ from studio.serving.episodes import app as episode_app  # noqa: E402
 async def application(scope, receive, send):
     if scope["type"] == "lifespan":
         return await episode_app(scope, receive, send)
-    if scope["type"] == "websocket" or scope.get("path", "").startswith("/env/"):
+    if scope["type"] == "websocket" or scope.get("path", "").startswith(("/env/", "/mcp/")):
         return await episode_app(scope, receive, send)
     return await django_app(scope, receive, send)

@@ -210,3 +210,54 @@ def test_a_token_revoked_mid_connection_stops_the_episode(served, default_worker
         assert closed.value.rcvd.code == 4401
     trajectory = Trajectory.objects.get(pk=int(reset["data"]["observation"]["episode_id"]))
     assert trajectory.root_branch.steps.count() == 0  # nothing after the revocation
+
+
+WEATHER_WORLD = {
+    "name": "Weather desk",
+    "domain": "mcp",
+    "description": "A weather service.",
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                              "required": ["city"]}}}],
+}  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_the_mcp_client_sdk_lists_and_calls_a_worlds_tools(project, default_worker):
+    """The official MCP client over streamable HTTP: the world's tools are listed, a call is
+    answered by the world model in a worker, and the session is an episode recorded live."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mcp import Client
+
+    from tests.support.branching import make_trajectory as make_mcp
+
+    make_mcp(project, domain="mcp", steps=[('{"name": "get_weather"}', '{"temp_c": 9}')] * 2)
+    world = save_world(project, parse_world(WEATHER_WORLD)).world
+    _, token = create_token(project, "mcp-agent")
+    with asgi_server() as base:
+        url = f"{base}/mcp/t/{token}/worlds/{world.pk}/"
+
+        async def play():
+            async with Client(url) as client:
+                tools = await client.list_tools()
+                result = await client.call_tool("get_weather", {"city": "Oslo"})
+                episode = result.meta["agentworld/episode"]  # the next call goes on with it
+                await client.call_tool("get_weather", {"city": "Bergen"},
+                                       meta={"agentworld/episode": episode})  # fmt: skip
+                return tools, result
+
+        # in a thread of its own: a browser test's event loop may still run in this one
+        with ThreadPoolExecutor(1) as pool:
+            tools, result = pool.submit(asyncio.run, play()).result(timeout=120)
+        status, body = http("POST", f"{base}/mcp/t/awt_wrong/worlds/{world.pk}/", {})
+    assert [t.name for t in tools.tools] == ["get_weather"]
+    assert tools.tools[0].input_schema["required"] == ["city"]
+    assert result.is_error is False and result.content[0].text == '{"temp_c": 9}'
+    episode = Trajectory.objects.get(source_format="episode")
+    assert episode.metadata["episode"]["client"] == "mcp"
+    steps = list(episode.root_branch.steps.order_by("index"))  # one episode per session
+    assert [json.loads(s.action)["arguments"]["city"] for s in steps] == ["Oslo", "Bergen"]
+    assert status == 401 and "valid API token" in body["detail"]

@@ -282,7 +282,9 @@ def test_worlds_command_imports_exports_and_lists(tmp_path):
     listing = StringIO()
     call_command("worlds", "list", "--project", "Fiction", stdout=listing)
     world = World.objects.get()
-    assert f"{world.pk}\tLyon Weather Co\tmcp\tv1" in listing.getvalue()
+    assert f"{world.pk}\tLyon Weather Co\tmcp\tv1\t/mcp/t/<token>/worlds/{world.pk}/" in (
+        listing.getvalue()
+    )
     assert Project.objects.get(name="Fiction").endpoints.exists()  # a project like any other
 
 

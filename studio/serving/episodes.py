@@ -16,6 +16,7 @@ for its row (no model, no torch in the web process)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -25,7 +26,7 @@ from django.conf import settings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from studio.services import episodes
@@ -224,10 +225,26 @@ def _routes(prefix: str) -> list:
     ]
 
 
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    from studio.serving import mcp
+
+    async with mcp.running():  # the MCP SDK's session manager lives with the server
+        yield
+
+
+def _mcp_routes() -> list:
+    from studio.serving import mcp
+
+    return [Mount("/mcp/t/{token}/worlds/{world_id:int}", app=mcp.asgi_app)]
+
+
 app = Starlette(
     routes=[
         Route("/env/health", health, methods=["GET"]),
         *_routes("/env/t/{token}/worlds/{world_id:int}"),
         *_routes("/env/worlds/{world_id:int}"),
-    ]
+        *_mcp_routes(),
+    ],
+    lifespan=lifespan,
 )

@@ -3,7 +3,7 @@
     worlds import FILE --project P        (creates the project if missing; a world of the
                                            same name gets a new version)
     worlds export NAME --project P --out FILE [--version N]
-    worlds list --project P               (id, name, domain, latest version)
+    worlds list --project P               (id, name, domain, latest version, MCP URL path)
 
 Bad files exit non-zero naming the field (and the tool); nothing is written then."""
 
@@ -100,9 +100,10 @@ class Command(BaseCommand):
 
     def do_list(self, options) -> None:
         project = self.project(options["project"])
-        self.stdout.write("id\tname\tdomain\tversion")
+        self.stdout.write("id\tname\tdomain\tversion\tMCP URL path")
         for world in World.objects.filter(project=project):
             latest = world.latest
             self.stdout.write(
                 f"{world.pk}\t{world.name}\t{world.domain}\tv{latest.number if latest else 0}"
+                f"\t/mcp/t/<token>/worlds/{world.pk}/"
             )
