@@ -148,6 +148,7 @@ def test_websocket_episode_in_openenvs_message_protocol(served, default_worker):
         ws.send(json.dumps({"type": "close"}))
     trajectory = Trajectory.objects.get(pk=int(reset["data"]["observation"]["episode_id"]))
     assert [s.action for s in trajectory.root_branch.steps.order_by("index")] == ["pwd", "ls /srv"]
+    assert ApiToken.objects.get().last_used_at is not None  # its use over the WebSocket shows
     assert trajectory.metadata["episode"]["client"] == "websocket"
 
 

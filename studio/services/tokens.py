@@ -45,8 +45,13 @@ def authenticate(token: str, *, touch: bool = True) -> ApiToken | None:
     return row
 
 
-def still_active(row: ApiToken) -> bool:
-    return ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).exists()
+def still_active(row: ApiToken, *, touch: bool = False) -> bool:
+    """Whether the token is still active; `touch` records a use (a WebSocket message that
+    acts: its connection was opened by a GET, which writes nothing)."""
+    active = ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True)
+    if touch:
+        return bool(active.update(last_used_at=timezone.now()))
+    return active.exists()
 
 
 def revoke(row: ApiToken) -> None:

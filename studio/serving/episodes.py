@@ -181,6 +181,8 @@ async def ws(websocket: WebSocket) -> None:
                 data = (message.get("data") or {}) if isinstance(message, dict) else {}
                 if not isinstance(data, dict):
                     raise episodes.EpisodeError("a message's data must be a JSON object")
+                if kind in ("reset", "step"):  # a message that acts counts as a use
+                    await _db(still_active)(token, touch=True)
                 if kind == "reset":
                     trajectory, result = await _db(episodes.reset)(
                         token, world, task=data.get("task", ""),
