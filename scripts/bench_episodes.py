@@ -206,15 +206,15 @@ def main() -> None:
         finally:
             for proc in reversed(procs):
                 stop(proc)
-        report(args, latencies, wall)
+        report(args, latencies, wall, world.project_id)
 
 
-def report(args, latencies, wall: float) -> None:
+def report(args, latencies, wall: float, project_id: int) -> None:
     from studio.models import Step
 
     model_s = {}
     for traj_id, index, timings in Step.objects.filter(
-        branch__trajectory__source_format="episode"
+        branch__trajectory__source_format="episode", branch__trajectory__project_id=project_id
     ).values_list("branch__trajectory_id", "index", "timings"):
         model_s.setdefault(traj_id, []).append((index, float((timings or {}).get("duration_s", 0))))
     model_total = sum(s for steps in model_s.values() for _, s in steps)
@@ -238,7 +238,7 @@ def report(args, latencies, wall: float) -> None:
     print(f"model time recorded: {model_total / max(1, n) * 1000:.1f} ms per step on average")
     from studio.models import SimulationJob
 
-    jobs = list(SimulationJob.objects.filter(appends=True))
+    jobs = list(SimulationJob.objects.filter(appends=True, trajectory__project_id=project_id))
     waits = sorted((j.started_at - j.created_at).total_seconds() for j in jobs if j.started_at)
     runs = sorted(j.ran_s or 0.0 for j in jobs)
     if jobs:
