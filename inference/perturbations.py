@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.simulation.meaning import json_value
+
 PROMPTED = "prompted"
 DETERMINISTIC = "deterministic"
 MODES = {PROMPTED: "prompted (the world model writes it)", DETERMINISTIC: "deterministic"}
@@ -192,6 +194,17 @@ def _param_value(p: Param, raw: Any, where: str) -> Any:
     return number
 
 
+def from_dict(data: Any, where: str = "") -> Perturbation:
+    """A perturbation from its stored form (`Perturbation.as_dict`, a job's copy, a request's
+    sweep entry); raises PerturbationError naming `where`."""
+    if not isinstance(data, Mapping):
+        raise PerturbationError(f"{where + ': ' if where else ''}must be an object")
+    return build(
+        data.get("kind"), data.get("params"), data.get("mode", DETERMINISTIC),
+        data.get("name", ""), where,
+    )  # fmt: skip
+
+
 def parse_spec(spec: str, mode: str | None = None) -> Perturbation:
     """`kind` or `kind:param=value,param=value` (a preset with parameters). The mode is
     deterministic where the kind has a transform, else prompted, unless given."""
@@ -267,13 +280,9 @@ REPLACING = frozenset(
 
 
 def _as_json(text: str) -> tuple[bool, Any]:
-    stripped = text.strip()
-    if not stripped or stripped[0] not in "{[":
-        return False, None
-    try:
-        return True, json.loads(stripped)
-    except (ValueError, RecursionError):
-        return False, None
+    """(is a JSON object or list, its value): the meaning module's reading of JSON."""
+    is_json, value = json_value(text)
+    return is_json and isinstance(value, dict | list), value
 
 
 def _error(domain: str, code: int | str, message: str) -> str:
@@ -433,15 +442,7 @@ def action_tool(action: str) -> str:
 
 
 def build_rule(data: Any, where: str) -> Rule:
-    if not isinstance(data, Mapping):
-        raise PerturbationError(f"{where} must be an object")
-    p = build(
-        data.get("kind"),
-        data.get("params"),
-        data.get("mode", DETERMINISTIC),
-        data.get("name", ""),
-        where,
-    )
+    p = from_dict(data, where)
     first = _step_bound(data.get("first_step"), f"{where}.first_step")
     last = _step_bound(data.get("last_step"), f"{where}.last_step")
     if first is not None and last is not None and last < first:

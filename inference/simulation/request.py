@@ -501,17 +501,8 @@ class _Validator:
         out = []
         for i, item in enumerate(raw):
             where = f"sweep[{i}]"
-            if not isinstance(item, Mapping):
-                self.error("sweep", f"{where} must be an object")
-                return ()
             try:
-                p = perturbing.build(
-                    item.get("kind"),
-                    item.get("params"),
-                    item.get("mode", "deterministic"),
-                    item.get("name", ""),
-                    where,
-                )
+                p = perturbing.from_dict(item, where)
             except perturbing.PerturbationError as exc:
                 self.error("sweep", str(exc))
                 return ()

@@ -144,11 +144,8 @@ def _swept_entry(child: Branch) -> str:
     per = max(1, job.n // len(sweep))
     entry = sweep[min(child.sample_index // per, len(sweep) - 1)]
     try:
-        return perturbing.build(
-            entry.get("kind"), entry.get("params"), entry.get("mode", "deterministic"),
-            entry.get("name", ""),
-        ).label  # fmt: skip
-    except (perturbing.PerturbationError, AttributeError):
+        return perturbing.from_dict(entry).label
+    except perturbing.PerturbationError:
         return ""
 
 

@@ -109,13 +109,8 @@ def labels_in_project(project: Project) -> list[str]:
         items = [*(rules or []), *((params or {}).get("sweep") or [])]
         for data in items:
             try:
-                p = perturbing.build(
-                    data.get("kind"),
-                    data.get("params"),
-                    data.get("mode", "deterministic"),
-                    data.get("name", ""),
-                )
-            except (perturbing.PerturbationError, AttributeError):
+                p = perturbing.from_dict(data)
+            except perturbing.PerturbationError:
                 continue
             labels.add(p.label)
     return sorted(labels, key=str.lower)

@@ -64,7 +64,7 @@ class FakeOpenAIServer(str):
         obj.lock = threading.Lock()
         obj.release = threading.Event()
         obj.holds = {}  # chunk number -> Event a stream waits for there
-        obj.chunk_delay_s = 0.0  # seconds before each streamed chunk (a slow model)
+        obj.stopped = threading.Event()  # set when the server shuts down
         return obj
 
     @property
@@ -198,8 +198,9 @@ def _make_handler(
                         if hold is not None:
                             hold.wait(timeout=300)
                         sent += 1
-                        if state.chunk_delay_s:
-                            time.sleep(state.chunk_delay_s)
+                        if chunk_delay_s:
+                            # a slow model's pace, cut short as soon as the server stops
+                            state.stopped.wait(chunk_delay_s)
                         send(
                             {
                                 **base,
@@ -258,12 +259,12 @@ def fake_openai_server(
     )
     if hold_after_chunks is not None:
         state.holds = {hold_after_chunks: state.release}
-    state.chunk_delay_s = chunk_delay_s
     thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
     thread.start()
     try:
         yield state
     finally:
+        state.stopped.set()
         state.release.set()  # held streams end, so their threads do too
         for event in list(state.holds.values()):
             event.set()
