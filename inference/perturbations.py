@@ -317,7 +317,8 @@ def transform(p: Perturbation, observation: str, domain: str) -> str:
     if kind == "empty_result":
         is_json, value = _as_json(observation)
         if is_json:
-            return json.dumps(_emptied(value), ensure_ascii=False)
+            emptied = _emptied(value)
+            return observation if emptied == value else json.dumps(emptied, ensure_ascii=False)
         if domain == "search":
             return "No results found."
         return ""
@@ -343,7 +344,9 @@ def transform(p: Perturbation, observation: str, domain: str) -> str:
         is_json, value = _as_json(observation)
         if not is_json:
             return observation
-        return json.dumps(_drifted(value, a["field"], a["rename_to"]), ensure_ascii=False)
+        drifted = _drifted(value, a["field"], a["rename_to"])
+        # no such field: the text as it was (re-serialising alone is no perturbation)
+        return observation if drifted == value else json.dumps(drifted, ensure_ascii=False)
     if kind == "malformed_json":
         text = observation.rstrip()
         is_json, _ = _as_json(text)

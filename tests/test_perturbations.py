@@ -71,6 +71,8 @@ def test_json_transforms_keep_the_document_shape():
     assert json.loads(P.transform(missing, obs, "mcp"))["results"] == [{"id": 1}]
     empty = P.transform(P.build("empty_result"), obs, "mcp")
     assert json.loads(empty) == {"results": [], "total": 1}
+    pretty = json.dumps({"labels": [{"name": "bug"}]}, indent=2)  # no "id" anywhere
+    assert P.transform(drift, pretty, "mcp") == pretty  # not re-serialised: no change at all
     broken = P.transform(P.build("malformed_json"), obs, "mcp")
     with pytest.raises(ValueError):
         json.loads(broken)
