@@ -11,7 +11,7 @@ workers included. Prints steps per second and the overhead's p50 and p95 (goal: 
 
     python scripts/bench_episodes.py                      # SQLite + filesystem broker, temp dir
     DATABASE_URL=postgres://... REDIS_URL=redis://... python scripts/bench_episodes.py
-    python scripts/bench_episodes.py --agents 32 --steps 10 --model-ms 50 --workers 4
+    python scripts/bench_episodes.py --agents 32 --steps 10 --model-ms 50 --threads 32
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,12 +37,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--agents", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--model-ms", type=float, default=50.0, help="the fake model's time")
-    parser.add_argument("--workers", type=int, default=4, help="worker processes (prefork)")
+    parser.add_argument(
+        "--threads", type=int, default=32, help="threads of each episodes worker (as in dev.sh)"
+    )
+    parser.add_argument("--episode-workers", type=int, default=1, help="episodes workers")
     return parser.parse_args()
 
 
 def setup_environment(tmp: Path) -> None:
-    os.environ.setdefault("DEBUG", "1")
+    # production settings: with DEBUG on, Django keeps every query it runs
+    os.environ.setdefault("DEBUG", "0")
+    os.environ.setdefault("SECRET_KEY", "bench-episodes-only")
+    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1")
     os.environ["STUDIO_DATA_DIR"] = str(tmp)
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{tmp / 'bench.sqlite3'}")
     if not os.environ.get("REDIS_URL"):
@@ -60,12 +67,14 @@ def setup_environment(tmp: Path) -> None:
 
 
 def start_worker(log: Path, concurrency: int) -> subprocess.Popen:
+    """The episodes queue's worker, as scripts/dev.sh and docker-compose run it."""
     from django.conf import settings
 
     out = open(log, "wb")  # noqa: SIM115 - the worker writes it until stopped
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "studio", "worker",
-         "-Q", f"{settings.STUDIO_QUEUE_PREFIX}default", "-c", str(concurrency), "-l", "INFO",
+         "-Q", f"{settings.STUDIO_QUEUE_PREFIX}episodes", "-P", "threads",
+         "-c", str(concurrency), "-l", "INFO",
          "--without-gossip", "--without-mingle", "-n", f"benchep-{time.monotonic_ns()}@%h"],
         cwd=ROOT, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -160,13 +169,17 @@ def prepare(model_url: str):
     return world, token
 
 
-async def agent(url: str, steps: int, latencies: list[tuple[int, float]]) -> None:
+async def agent(
+    url: str, steps: int, latencies: list[tuple[int, float]], ready: asyncio.Barrier, go
+) -> None:
     from websockets.asyncio.client import connect
 
     async with connect(url, max_size=2**24) as ws:
         await ws.send(json.dumps({"type": "reset", "data": {"task": "look around"}}))
         reply = json.loads(await ws.recv())
         episode = int(reply["data"]["observation"]["episode_id"])
+        await ready.wait()  # every episode has started: the steps are what is measured
+        await go.wait()
         for k in range(steps):
             started = time.perf_counter()
             await ws.send(json.dumps({"type": "step", "data": {"action": f"cat /srv/a.txt # {k}"}}))
@@ -175,6 +188,41 @@ async def agent(url: str, steps: int, latencies: list[tuple[int, float]]) -> Non
                 raise SystemExit(f"step failed: {reply}")
             latencies.append((episode, time.perf_counter() - started))
         await ws.send(json.dumps({"type": "close"}))
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its threads, from /proc (Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pids_named(*names: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                comm = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm in names:
+                found.append(int(entry.name))
+    return found
+
+
+def cpu_snapshot(roles: dict[str, Any]) -> dict[str, dict[int, float]]:
+    """CPU seconds of each process by role so far (a role's processes are listed anew each
+    time: database connections open during the run)."""
+    return {role: {pid: _cpu_s(pid) for pid in pids()} for role, pids in roles.items()}
+
+
+def cpu_spent(before: dict, after: dict) -> dict[str, float]:
+    return {
+        role: sum(s - before[role].get(pid, 0.0) for pid, s in after[role].items())
+        for role in after
+    }
 
 
 def main() -> None:
@@ -189,24 +237,50 @@ def main() -> None:
             model_proc, model_url = start_model(tmp / "model.log", args.model_ms / 1000)
             procs.append(model_proc)
             world, token = prepare(model_url)
-            procs.append(start_worker(tmp / "worker.log", args.workers))
+            workers = [
+                start_worker(tmp / f"worker-{i}.log", args.threads)
+                for i in range(args.episode_workers)
+            ]
+            procs.extend(workers)
             web_proc, base = start_web(tmp / "web.log")
             procs.append(web_proc)
             url = base.replace("http://", "ws://") + f"/env/t/{token}/worlds/{world.pk}/ws"
             latencies: list[tuple[int, float]] = []
 
-            async def run_all() -> None:
-                await asyncio.gather(
-                    *(agent(url, args.steps, latencies) for _ in range(args.agents))
-                )
+            roles = {
+                "web (uvicorn)": lambda: [web_proc.pid],
+                "workers": lambda: [w.pid for w in workers],
+                "model server (fake)": lambda: [model_proc.pid],
+                "database": lambda: _pids_named("postgres"),
+                "broker": lambda: _pids_named("redis-server"),
+                "agents (this script)": lambda: [os.getpid()],
+            }
+            timing: dict[str, Any] = {}
 
-            started = time.perf_counter()
+            async def run_all() -> None:
+                ready, go = asyncio.Barrier(args.agents + 1), asyncio.Event()
+                agents = [
+                    asyncio.create_task(agent(url, args.steps, latencies, ready, go))
+                    for _ in range(args.agents)
+                ]
+                await ready.wait()  # every agent has reset its episode
+                timing["before"] = cpu_snapshot(roles)
+                timing["started"] = time.perf_counter()
+                go.set()
+                await asyncio.gather(*agents)
+                timing["wall"] = time.perf_counter() - timing["started"]
+                timing["after"] = cpu_snapshot(roles)
+
             asyncio.run(run_all())
-            wall = time.perf_counter() - started
+            wall, before, after = timing["wall"], timing["before"], timing["after"]
         finally:
             for proc in reversed(procs):
                 stop(proc)
         report(args, latencies, wall, world.project_id)
+        n = max(1, len(latencies))
+        spent = cpu_spent(before, after)
+        print(f"CPU per step ({os.cpu_count()} cores; {sum(spent.values()) / wall:.2f} cores busy): "
+              + ", ".join(f"{role} {s / n * 1000:.1f} ms" for role, s in spent.items()))  # fmt: skip
 
 
 def report(args, latencies, wall: float, project_id: int) -> None:
@@ -233,7 +307,7 @@ def report(args, latencies, wall: float, project_id: int) -> None:
     db = "PostgreSQL" if "postgres" in os.environ.get("DATABASE_URL", "") else "SQLite"
     broker = "Redis" if os.environ.get("REDIS_URL") else "filesystem broker"
     print(f"episodes: {args.agents} agents x {args.steps} steps over WebSocket, {db}, {broker}, "
-          f"{args.workers} worker processes, model time {args.model_ms:.0f} ms per request")  # fmt: skip
+          f"{args.episode_workers} episodes worker(s) of {args.threads} threads, model time {args.model_ms:.0f} ms per request")  # fmt: skip
     print(f"steps: {n} in {wall:.2f} s = {n / wall:.1f} steps/s")
     print(f"model time recorded: {model_total / max(1, n) * 1000:.1f} ms per step on average")
     from studio.models import SimulationJob

@@ -41,9 +41,14 @@ print(f"Broker:   {settings.BROKER_DESCRIPTION}")
 PY
 
 mkdir -p var
-# One worker for the default and gpu queues (a gpu job without torch fails with a clear error).
-$PY -m celery -A studio worker -Q default,gpu -c 2 -l INFO >var/worker.log 2>&1 &
+# One worker for the default and gpu queues (a gpu job without torch fails with a clear error),
+# and one for the steps of episodes played by outside agents: a threads pool, each thread
+# waiting on a model server's answer (STUDIO_EPISODE_THREADS at once).
+$PY -m celery -A studio worker -Q default,gpu -c 2 -l INFO -n "jobs@%h" >var/worker.log 2>&1 &
 WORKER=$!
+$PY -m celery -A studio worker -Q episodes -P threads -c "${STUDIO_EPISODE_THREADS:-32}" \
+  -l INFO -n "episodes@%h" >var/worker-episodes.log 2>&1 &
+WORKER="$WORKER $!"
 SERVER=""
 cleanup() {
   trap - EXIT INT TERM
@@ -65,7 +70,7 @@ cat <<MSG
     admin        project admin: imports, deletes, manages members
     researcher   imports, branches and simulates
     annotator    reads and annotates
-  Worker log: var/worker.log     Stop with Ctrl-C.
+  Worker logs: var/worker.log, var/worker-episodes.log     Stop with Ctrl-C.
 
 MSG
 wait "$SERVER"

@@ -1,5 +1,7 @@
-"""The Celery application. Queues: `default` (imports, retrieval/HTTP simulations) and `gpu`
-(in-process transformers model, one model per worker process, concurrency 1).
+"""The Celery application. Queues: `default` (imports, retrieval/HTTP simulations), `gpu`
+(in-process transformers model, one model per worker process, concurrency 1) and `episodes`
+(steps of episodes played by outside agents: a threads pool waits on many model calls at
+once; see `studio.jobs.episode_steps`).
 
 Every worker sweeps for jobs of dead workers and lost messages on a timer of its own
 (`JobSweeper`): no beat process is needed, and a job is failed even when nobody opens its
@@ -11,7 +13,7 @@ import os
 import threading
 
 from celery import Celery, bootsteps
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 
@@ -53,12 +55,13 @@ class JobSweeper(bootsteps.StartStopStep):
 app.steps["worker"].add(JobSweeper)
 
 
+@worker_init.connect
 @worker_process_init.connect
 def _warm_up(**_kwargs) -> None:
-    """Import what a simulation job needs in each pool process as it starts, so the first
-    job a process runs (an episode's step above all) does not pay for the imports (the
-    `openai` client alone takes about a second). Torch is not imported: gpu workers load it
-    with their model."""
+    """Import what a simulation job needs in each pool process as it starts (prefork), or
+    in the worker itself (threads, solo), so the first job a process runs (an episode's step
+    above all) does not pay for the imports (the `openai` client alone takes about a
+    second). Torch is not imported: gpu workers load it with their model."""
     import importlib
 
     for module in (
@@ -66,6 +69,7 @@ def _warm_up(**_kwargs) -> None:
         "inference.backends.openai_compat",
         "inference.simulation.runner",
         "studio.jobs.simulation",
+        "studio.jobs.episode_steps",
     ):
         try:
             importlib.import_module(module)

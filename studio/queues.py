@@ -1,5 +1,6 @@
-"""Celery queue names: `default` (imports, retrieval and HTTP-backend simulations) and `gpu`
-(the in-process transformers backend, one model per worker process)."""
+"""Celery queue names: `default` (imports, retrieval and HTTP-backend simulations), `gpu`
+(the in-process transformers backend, one model per worker process) and `episodes` (steps of
+episodes served to outside agents, on a threads pool: each waits on a model server)."""
 
 from __future__ import annotations
 

@@ -169,6 +169,14 @@ CELERY_TASK_SOFT_TIME_LIMIT = STUDIO_JOB_SOFT_LIMIT_S
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery closes a task's database connection before and after every task unless told to
+# reuse it: a new PostgreSQL connection per step of an episode cost more than the step's own
+# queries. Reused for this many tasks, then opened afresh (a connection that failed is
+# closed at the next task's start, `studio.jobs.episode_steps`).
+CELERY_DB_REUSE_MAX = env_int("STUDIO_WORKER_DB_REUSE", 1000, minimum=0)
+# A step of an episode is one model call: the longest it may wait for the model's answer (one
+# retry after a failure), and the agent hears that it failed.
+STUDIO_EPISODE_STEP_TIMEOUT_S = env_int("STUDIO_EPISODE_STEP_TIMEOUT_S", 300, minimum=1)
 # Tests give every run its own queue names so a developer's worker never steals test jobs.
 STUDIO_QUEUE_PREFIX = env_str("STUDIO_QUEUE_PREFIX", "") or ""
 
@@ -199,5 +207,11 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        # a line per model request would be most of a busy episodes worker's log
+        "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
 }

@@ -13,6 +13,7 @@ transaction that created the job commits, never for a row that might roll back."
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 
 from celery import shared_task
@@ -35,24 +36,49 @@ JOB_TASK_OPTIONS = {
 }
 
 SIMULATION_TASK = "studio.run_simulation_job"
+EPISODE_STEP_TASK = "studio.run_episode_step"
 IMPORT_TASK = "studio.run_import_job"
 PROBE_TASK = "studio.probe_endpoint"
 
 
 @shared_task(name=SIMULATION_TASK, **JOB_TASK_OPTIONS)
 def run_simulation_job(self, job_id: int) -> None:
+    from studio.jobs.runtime import drop_failed_connection
     from studio.jobs.simulation import run_simulation_job as body
 
+    drop_failed_connection()
     try:
         body(job_id, self.request.id or "")
     finally:
         release_memory()
 
 
+# A step of an episode runs on the episodes queue's threads pool, which has no time limits
+# (Celery enforces them only in prefork): the runner stops itself at the soft limit.
+EPISODE_TASK_OPTIONS = {
+    k: v for k, v in JOB_TASK_OPTIONS.items() if k not in ("soft_time_limit", "time_limit")
+}
+
+
+@shared_task(name=EPISODE_STEP_TASK, **EPISODE_TASK_OPTIONS)
+def run_episode_step(self, job_id: int) -> None:
+    from studio.jobs.episode_steps import run_episode_step as body
+    from studio.jobs.runtime import drop_failed_connection
+
+    drop_failed_connection()
+    try:
+        body(job_id, self.request.id or "")
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            release_memory()  # prefork or solo (the gpu worker); never per step on threads
+
+
 @shared_task(name=IMPORT_TASK, **JOB_TASK_OPTIONS)
 def run_import_job(self, job_id: int) -> None:
     from studio.jobs.imports import run_import_job as body
+    from studio.jobs.runtime import drop_failed_connection
 
+    drop_failed_connection()
     try:
         body(job_id, self.request.id or "")
     finally:
@@ -98,7 +124,8 @@ def _send(model: type[ImportJob] | type[SimulationJob], pk: int, previous: str |
     if not rows.update(message_id=message_id, dispatched_at=timezone.now()):
         return False
     if model is SimulationJob:
-        task, queue = run_simulation_job, SimulationJob.objects.get(pk=pk).queue
+        queue, appends = SimulationJob.objects.values_list("queue", "appends").get(pk=pk)
+        task = run_episode_step if appends else run_simulation_job
     else:
         task, queue = run_import_job, queue_name("default")
     try:
@@ -111,6 +138,21 @@ def _send(model: type[ImportJob] | type[SimulationJob], pk: int, previous: str |
 
 def enqueue_simulation(job: SimulationJob) -> None:
     transaction.on_commit(lambda: _send(SimulationJob, job.pk, None))
+
+
+def enqueue_episode_step(job: SimulationJob) -> None:
+    """A step of an episode: its row was made with its message id (`services.episodes`), so
+    the message goes out on commit with no further write."""
+    transaction.on_commit(
+        lambda: _publish_episode_step(job.pk, job.queue, job.message_id), robust=True
+    )
+
+
+def _publish_episode_step(pk: int, queue: str, message_id: str) -> None:
+    try:
+        run_episode_step.apply_async(args=[pk], queue=queue, task_id=message_id)
+    except Exception:  # the broker is down: the sweeper sends it again once it is back
+        log.exception("could not send the message of episode step %s", pk)
 
 
 def enqueue_import(job: ImportJob) -> None:

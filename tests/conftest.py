@@ -34,6 +34,14 @@ def default_worker(django_db_setup, django_db_blocker):
         yield proc
 
 
+@pytest.fixture(scope="session")
+def episode_worker(django_db_setup, django_db_blocker):
+    """A worker on this run's episodes queue, on a threads pool as `scripts/dev.sh` and
+    docker-compose run it: steps of episodes played by outside agents."""
+    with running_worker(("episodes",), pool="threads", concurrency=4) as proc:
+        yield proc
+
+
 @pytest.fixture
 def isolated_queues(settings):
     """Queue names of this test alone: its own workers (a special environment, one it kills)

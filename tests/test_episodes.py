@@ -47,7 +47,11 @@ def http(method: str, url: str, body: dict | None = None, token: str = "") -> tu
 
 @pytest.mark.django_db
 def test_tokens_are_shown_once_stored_hashed_and_revocable(client, project):
+    tokens_url = reverse("token_list", args=[project.pk])
+    client.force_login(project.users["researcher"])
+    assert tokens_url not in client.get(reverse("library", args=[project.pk])).content.decode()
     client.force_login(project.users["admin"])
+    assert tokens_url in client.get(reverse("library", args=[project.pk])).content.decode()
     page = client.post(reverse("token_create", args=[project.pk]), {"name": "trainer"})
     assert page.status_code == 201
     row = ApiToken.objects.get()
@@ -90,7 +94,7 @@ def served(project):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
-def test_plain_http_episode_is_recorded_live(served, default_worker):
+def test_plain_http_episode_is_recorded_live(served, episode_worker, client, project):
     base, token, world = served
     url = f"{base}/env/t/{token}/worlds/{world.pk}"
     assert http("GET", f"{url}/health") == (200, {"status": "healthy"})
@@ -111,7 +115,16 @@ def test_plain_http_episode_is_recorded_live(served, default_worker):
     assert trajectory.step_count == 1  # recorded as it happened
     (step,) = trajectory.root_branch.steps.all()
     assert (step.action, step.observation) == ("cat /srv/notes.txt", first["observation"]["text"])
-    assert step.provenance == "edited" and step.observation_source == "simulated"
+    # the outside agent's action, the world model's observation
+    assert step.provenance == "agent" and step.observation_source == "simulated"
+    client.force_login(project.users["annotator"])
+    page = client.get(reverse("trajectory", args=[trajectory.pk])).content.decode()
+    assert "started" in page and "imported" not in page  # played, not imported
+    assert 'origin-simulated">Simulated' in page  # its observations were never recorded
+    job = SimulationJob.objects.get(trajectory=trajectory)
+    page = client.get(reverse("simulation_job", args=[job.pk])).content.decode()
+    assert "A step of an episode played by an outside agent" in page
+    assert "no branches left" not in page  # it never had branches of its own
     # the bearer header works as well as the token in the path
     status, second = http("POST", f"{base}/env/worlds/{world.pk}/step",
                           {"episode_id": episode, "action": {"action": "ls"}}, token=token)  # fmt: skip
@@ -126,7 +139,7 @@ def test_plain_http_episode_is_recorded_live(served, default_worker):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
-def test_websocket_episode_in_openenvs_message_protocol(served, default_worker):
+def test_websocket_episode_in_openenvs_message_protocol(served, episode_worker):
     from websockets.sync.client import connect
 
     base, token, world = served
@@ -174,7 +187,7 @@ def test_a_wrong_token_is_refused_and_nothing_is_recorded(served, project):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
-def test_openenvs_generic_client_drives_a_world_unchanged(served, default_worker):
+def test_openenvs_generic_client_drives_a_world_unchanged(served, episode_worker):
     """OpenEnv's own client (`openenv-core`, what RL trainers such as TRL use), pointed at a
     world's base URL, plays an episode; it is recorded in the project as it goes."""
     from openenv.core.generic_client import GenericEnvClient
@@ -194,7 +207,7 @@ def test_openenvs_generic_client_drives_a_world_unchanged(served, default_worker
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
-def test_a_token_revoked_mid_connection_stops_the_episode(served, default_worker):
+def test_a_token_revoked_mid_connection_stops_the_episode(served, episode_worker):
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
@@ -225,7 +238,7 @@ WEATHER_WORLD = {
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
-def test_the_mcp_client_sdk_lists_and_calls_a_worlds_tools(project, default_worker):
+def test_the_mcp_client_sdk_lists_and_calls_a_worlds_tools(project, episode_worker):
     """The official MCP client over streamable HTTP: the world's tools are listed, a call is
     answered by the world model in a worker, and the session is an episode recorded live."""
     import asyncio

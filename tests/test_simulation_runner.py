@@ -231,6 +231,20 @@ def test_a_new_step_after_the_last_one():
     assert (step.index, step.provenance, step.state) == (4, "edited", "")
 
 
+def test_a_step_whose_action_an_agent_wrote_says_so_and_is_asked_whole():
+    """An episode's step: the outside agent's action (not an edit), no token stream."""
+    sink = MemorySink()
+    backend = ScriptedBackend()
+    outcome = run_simulation(
+        request(4, "pip show flask"), world(4), backend, sink, stream=False,
+        fork_provenance="agent",
+    )  # fmt: skip
+    assert outcome.status == "succeeded"
+    (step,) = sink.steps[0]
+    assert step.provenance == "agent" and step.observation == "ran pip show flask #0"
+    assert backend.streamed == [False]
+
+
 def test_retrieval_baseline_is_labelled_and_shows_no_rate():
     corpus = [("terminal", a, o) for a, o in RECORDED]
     sink = MemorySink()

@@ -22,6 +22,8 @@ def make_backend(
     corpus: list[tuple[str, str, str]] | None = None,
     concurrency: int = 8,
     use_n: bool = True,
+    timeout: float | None = None,
+    max_retries: int | None = None,
 ) -> Backend:
     """Build a backend. An empty `name` picks one from what is configured: `openai` with a
     base_url, `hf` with only a model, else the retrieval baseline (works offline)."""
@@ -34,8 +36,18 @@ def make_backend(
             )
         from inference.backends.openai_compat import OpenAIBackend
 
+        bounds: dict = {}
+        if timeout is not None:
+            bounds["timeout"] = timeout
+        if max_retries is not None:
+            bounds["max_retries"] = max_retries
         return OpenAIBackend(
-            model=model, base_url=base_url, api_key=api_key, concurrency=concurrency, use_n=use_n
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            concurrency=concurrency,
+            use_n=use_n,
+            **bounds,
         )
     if name == "hf":
         if not model:

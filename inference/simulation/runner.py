@@ -99,9 +99,15 @@ def run_simulation(
     time_limit_s: float | None = None,
     explain: Callable[[BaseException], str | None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    stream: bool = True,
+    fork_provenance: str | None = None,
 ) -> RunOutcome:
     """Run to the end and return the outcome; never raises for what goes wrong in the run
-    (a backend error, an unreachable agent, the time limit): the outcome says it."""
+    (a backend error, an unreachable agent, the time limit): the outcome says it.
+    `stream=False` asks the backend for whole answers (no live text; a stop asked meanwhile
+    takes effect once the answer is in): cheaper where nobody watches tokens arrive.
+    `fork_provenance`: who wrote the action at the fork when the caller knows better than
+    "edited" (an outside agent playing an episode: AGENT)."""
     return SimulationRunner(
         request,
         world,
@@ -111,6 +117,8 @@ def run_simulation(
         time_limit_s=time_limit_s,
         explain=explain,
         clock=clock,
+        stream=stream,
+        fork_provenance=fork_provenance,
     ).run()
 
 
@@ -126,7 +134,11 @@ class SimulationRunner:
         time_limit_s: float | None = None,
         explain: Callable[[BaseException], str | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stream: bool = True,
+        fork_provenance: str | None = None,
     ):
+        self.stream = stream
+        self.fork_provenance = fork_provenance
         self.request = request
         self.world = world
         self.backend = backend
@@ -235,7 +247,7 @@ class SimulationRunner:
     # -- the loop ----------------------------------------------------------------------------
     def _execute(self) -> None:
         request = self.request
-        first = EDITED if request.edited else REPLAYED
+        first = self.fork_provenance or (EDITED if request.edited else REPLAYED)
         self._step(request.fork_index, {f.sample: request.action for f in self.futures}, first)
         if request.mode == "replay":
             for recorded in self.world.recorded:
@@ -414,7 +426,7 @@ class SimulationRunner:
             return self._should_stop()
 
         started = self.clock()
-        completions = self.backend.generate(generation, on_event)
+        completions = self.backend.generate(generation, on_event if self.stream else None)
         wall = self.clock() - started
         del generation
         if len(completions) != expected:

@@ -85,12 +85,32 @@ def uses_pulse(model: JobModel) -> bool:
     return single_writer_db()
 
 
+def drop_failed_connection() -> None:
+    """Close this thread's database connection if it no longer answers (the database
+    restarted, or dropped it while idle), so that the next query opens a new one: workers
+    reuse connections across tasks (CELERY_DB_REUSE_MAX), and a dead one would fail the
+    task that meets it. Costs one round trip when a connection is open."""
+    if connection.connection is not None and not connection.is_usable():
+        connection.close()
+    connection.errors_occurred = False
+
+
 # ---- claim and finish -------------------------------------------------------------------
 
 
-def claim(model: JobModel, pk: int, message_id: str = "") -> Any:
-    """QUEUED -> RUNNING exactly once. Returns the row when this call claimed it, else None
-    (already running, cancelled, finished or deleted: nothing to do)."""
+def claim(
+    model: JobModel,
+    pk: int,
+    message_id: str = "",
+    *,
+    related: tuple[str, ...] = (),
+    branches: bool = True,
+    **fields: Any,
+) -> Any:
+    """QUEUED -> RUNNING exactly once (writing `fields` too). Returns the row, with
+    `related` rows joined, when this call claimed it, else None (already running,
+    cancelled, finished or deleted: nothing to do). `branches=False`: a job without child
+    branches (a step of an episode) saves the query that starts them."""
     now = timezone.now()
     with transaction.atomic():  # a simulation's branches start with it, never before
         claimed = model.objects.filter(pk=pk, status=JobStatus.QUEUED).update(
@@ -99,13 +119,14 @@ def claim(model: JobModel, pk: int, message_id: str = "") -> Any:
             heartbeat_at=now,
             claimed_by=message_id,
             attempts=F("attempts") + 1,
+            **fields,
         )
-        if claimed == 1 and model is SimulationJob:
+        if claimed == 1 and model is SimulationJob and branches:
             Branch.objects.filter(job_id=pk, status=BranchStatus.QUEUED).update(
                 status=BranchStatus.RUNNING
             )
     if claimed == 1:
-        return model.objects.get(pk=pk)
+        return model.objects.select_related(*related).get(pk=pk)
     row = model.objects.filter(pk=pk).first()
     if row is None:
         log.warning("%s %s no longer exists; nothing to do", model.__name__, pk)

@@ -91,6 +91,8 @@ def history_stream(branch: Branch, fork_index: int) -> Iterator[Turn]:
                 raw_prompt=step.raw_prompt,
                 raw_response=(step.meta or {}).get("raw_response", "") or "",
             )
+        if len(chunk) < HISTORY_CHUNK:
+            return  # the last chunk: no query to find that nothing follows
         start = chunk[-1].index + 1
         del chunk
 
@@ -170,7 +172,15 @@ class LazyCorpus:
         return [found.get(pk, "") for pk in wanted]
 
 
-def make_backend_for(job: SimulationJob, request: SimulationRequest) -> Backend:
+def make_backend_for(
+    job: SimulationJob,
+    request: SimulationRequest,
+    *,
+    timeout: float | None = None,
+    max_retries: int | None = None,
+) -> Backend:
+    """The job's world-model backend; `timeout` (seconds per request) and `max_retries`
+    bound an OpenAI-compatible server's answer (default: the backend's own)."""
     from inference.backends import make_backend
     from studio.services.endpoints import key_for_job
 
@@ -193,6 +203,8 @@ def make_backend_for(job: SimulationJob, request: SimulationRequest) -> Backend:
         ),
         concurrency=settings.WORLD_MODEL_CONCURRENCY,
         use_n=choice.supports_n,
+        timeout=timeout,
+        max_retries=max_retries,
     )
 
 
@@ -247,10 +259,6 @@ class OrmSink:
             meta=_storable_json({**step.meta, "job": self.job.pk, **self.world_meta}),
             timings=step.timings,
         )
-        if self.job.appends:  # the branch grew: an episode's trajectory counts its steps
-            Trajectory.objects.filter(pk=self.job.trajectory_id, step_count__lte=step.index).update(
-                step_count=step.index + 1
-            )
 
     def sample_finished(self, sample: int, status: str, error: str = "") -> None:
         self.monitor.drop_live(sample)
@@ -286,15 +294,18 @@ def explain_error(exc: BaseException) -> str | None:
 def run_simulation_job(job_id: int, message_id: str = "") -> None:
     """The body of the Celery task: claim, run, and always leave the job in a final state."""
     task_started = time.monotonic()
+    if SimulationJob.objects.filter(pk=job_id, appends=True).exists():
+        # a step of an episode whose message was sent as a simulation's (before the episodes
+        # queue existed): it takes the episode's path
+        from studio.jobs.episode_steps import run_episode_step
+
+        return run_episode_step(job_id, message_id)
     job = claim(SimulationJob, job_id, message_id)
     if job is None:
         return
     queue_wait = (job.started_at - job.created_at).total_seconds()
     SimulationJob.objects.filter(pk=job.pk).update(queue_wait_s=queue_wait, phase="prefill")
-    if job.appends:
-        branch_ids = {0: job.branch_id}  # the one future grows the branch itself
-    else:
-        branch_ids = dict(job.branches.values_list("sample_index", "pk"))
+    branch_ids = dict(job.branches.values_list("sample_index", "pk"))
     outcome = RunOutcome(status=FAILED)
     with JobMonitor(SimulationJob, job.pk) as monitor:
         try:

@@ -126,7 +126,8 @@ class SimulationJob(JobBase):
     # a new child branch: an episode served to an outside agent grows its own trajectory.
     appends = models.BooleanField(default=False)
     cancel_requested = models.BooleanField(default=False)
-    # 0..1 over all samples, and a phase: queued, prefill, decoding, agent, saving
+    # 0..1 over all samples, and a phase: queued, prefill, decoding, agent, saving; a step of
+    # an episode: answering (its answer is asked whole)
     progress = models.FloatField(default=0.0)
     phase = models.CharField(max_length=20, default="queued")
     # While it runs: where each future stands, by sample index ("0", "1", ...): phase,
@@ -142,6 +143,15 @@ class SimulationJob(JobBase):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            # An episode answers one step at a time: a second step sent before the first was
+            # answered is refused by the database itself, with no lock to take per step.
+            models.UniqueConstraint(
+                fields=["branch"],
+                condition=models.Q(appends=True, status__in=["queued", "running"]),
+                name="one_open_step_per_episode",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"simulation {self.pk} of {self.trajectory_id} at step {self.fork_index} ({self.status})"

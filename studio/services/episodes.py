@@ -1,17 +1,18 @@
 """Episodes: a world served to an agent outside the studio. `reset` starts a trajectory in the
 world (recorded in the project as it happens); each `step` is a one-future job that a worker
-runs with the project's default world model and writes into the episode's own branch; the
-web side waits for its row. Plain synchronous functions: the ASGI app calls them in
-threads."""
+runs with the project's default world model and writes into the episode's own branch
+(`studio.jobs.episode_steps`); the web side waits for its answer (`studio.jobs.replies`).
+Plain synchronous functions: the ASGI app calls them in threads."""
 
 from __future__ import annotations
 
 import json
-import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 
 from inference.simulation.request import InvalidRequest
 from studio.models import (
@@ -19,12 +20,17 @@ from studio.models import (
     Branch,
     EndpointRole,
     JobStatus,
+    ModelEndpoint,
     SimulationJob,
+    Step,
     Trajectory,
     World,
+    WorldVersion,
 )
-from studio.services.endpoints import default_endpoint, sampling_defaults, world_input
-from studio.services.simulation import build_request, start_simulation
+from studio.queues import queue_name
+from studio.services import tokens
+from studio.services.endpoints import sampling_defaults, world_input
+from studio.services.simulation import job_fields, world_label, world_of_trajectory
 from studio.services.worlds import start_trajectory
 
 DEFAULT_MAX_STEPS = 100
@@ -33,6 +39,10 @@ MAX_STEPS_LIMIT = 1000
 
 class EpisodeError(ValueError):
     """What the agent did wrong, said to it (HTTP 400 / a WebSocket error)."""
+
+
+class TokenRevoked(Exception):
+    """The token was revoked since the connection opened."""
 
 
 @dataclass
@@ -60,7 +70,12 @@ def reset(
     with transaction.atomic():  # never a half-made episode
         trajectory = start_trajectory(version, task or f"An episode in {world.name}")
         meta = dict(trajectory.metadata or {})
-        meta["episode"] = {"token": token.name, "client": client, "max_steps": limit}
+        branch_id = Branch.objects.filter(trajectory=trajectory, parent__isnull=True).values_list(
+            "pk", flat=True
+        )[0]
+        meta["episode"] = {
+            "token": token.name, "client": client, "max_steps": limit, "branch": branch_id,
+        }  # fmt: skip
         Trajectory.objects.filter(pk=trajectory.pk).update(metadata=meta, source_format="episode")
     trajectory.metadata = meta
     trajectory.source_format = "episode"
@@ -78,14 +93,8 @@ def reset(
 
 
 def episode_of(token: ApiToken, episode_id: Any) -> Trajectory:
-    if episode_id in (None, ""):
-        raise EpisodeError("episode_id is required: the one /reset returned")
-    try:
-        pk = int(episode_id)
-    except (TypeError, ValueError):
-        raise EpisodeError(f"episode_id {episode_id!r} is not an episode of this project") from None
     trajectory = Trajectory.objects.filter(
-        pk=pk, project_id=token.project_id, source_format="episode"
+        pk=_episode_pk(episode_id), project_id=token.project_id, source_format="episode"
     ).first()
     if trajectory is None:
         raise EpisodeError(f"episode_id {episode_id!r} is not an episode of this project")
@@ -106,22 +115,57 @@ def action_text(action: Any) -> str:
     return json.dumps(action, ensure_ascii=False)
 
 
-def start_step(trajectory: Trajectory, action: Any) -> SimulationJob:
-    """Queue the world model's answer to `action` at the episode's next step."""
+class _Again(Exception):
+    """What the step was made from changed under it: make it again from the rows."""
+
+
+def start_step(
+    token: ApiToken, episode_id: Any, action: Any, *, check_token: bool = False
+) -> SimulationJob:
+    """Queue the world model's answer to `action` at the episode's next step: the job row.
+    An agent waits on every step, so this costs three reads and one insert, with no
+    transaction: one step at a time is the database's rule (`one_open_step_per_episode`),
+    and the world version an episode plays in never changes. The caller enqueues the job
+    (`studio.tasks.enqueue_episode_step`). Raises EpisodeError for what the agent did wrong.
+    `check_token`: refuse (TokenRevoked) a token revoked since it was read, in the same
+    query that reads the episode."""
+    for _ in range(3):
+        try:
+            return _start_step_once(token, episode_id, action, check_token)
+        except _Again:
+            continue
+    raise EpisodeError("the episode changed while this step was sent: send it again")
+
+
+def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token: bool):
+    from inference.simulation.request import Defaults, ForkFacts, SimulationRequest
+
     text = action_text(action)
-    branch = trajectory.root_branch
-    # one step at a time: two agents' calls on one episode queue behind this lock
-    Branch.objects.select_for_update().filter(pk=branch.pk).first()
-    index = branch.all_steps().count()
-    limit = (trajectory.metadata or {}).get("episode", {}).get("max_steps", DEFAULT_MAX_STEPS)
+    pk = _episode_pk(episode_id)
+    rows = Trajectory.objects.filter(pk=pk, project_id=token.project_id, source_format="episode")
+    if check_token:
+        tokens.record_use(token)  # its "last used", written now and then
+        rows = rows.filter(
+            project__api_tokens__pk=token.pk, project__api_tokens__revoked_at__isnull=True
+        )
+    trajectory = rows.only(
+        "id", "project_id", "domain", "metadata", "step_count", "source_format"
+    ).first()
+    if trajectory is None:
+        if check_token and not tokens.still_active(token):
+            raise TokenRevoked
+        raise EpisodeError(f"episode_id {episode_id!r} is not an episode of this project")
+    episode = (trajectory.metadata or {}).get("episode", {})
+    index = trajectory.step_count  # an episode's steps are all appended by its jobs
+    limit = max_steps_of(trajectory)
     if index >= limit:
         raise EpisodeError(f"the episode is done: it took its {limit} steps")
-    pending = SimulationJob.objects.filter(branch=branch, appends=True).exclude(
-        status__in=[JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED]
+    branch_id = episode.get("branch") or trajectory.root_branch.pk
+    endpoint = (
+        ModelEndpoint.objects.filter(project_id=trajectory.project_id, role=EndpointRole.WORLD)
+        .order_by("-is_default", "name")
+        .first()
     )
-    if pending.exists():
-        raise EpisodeError("the previous step is still being answered: wait for it")
-    endpoint = default_endpoint(trajectory.project, EndpointRole.WORLD)
     if endpoint is None:
         raise EpisodeError("the project has no world model to answer")
     data = {
@@ -133,32 +177,109 @@ def start_step(trajectory: Trajectory, action: Any) -> SimulationJob:
         **world_input(endpoint),
     }
     try:
-        request = build_request(branch, data)
-    except InvalidRequest as exc:
-        raise EpisodeError(exc.summary()) from None
-    try:
-        return start_simulation(
-            user=None, branch=branch, request=request, world_endpoint=endpoint, append=True
+        request = SimulationRequest.build(
+            data,
+            fork=ForkFacts(step_count=index, recorded_action=None, domain=trajectory.domain),
+            defaults=Defaults(),  # the endpoint fills every field the defaults would
         )
     except InvalidRequest as exc:
         raise EpisodeError(exc.summary()) from None
+    # the gpu queue for a model in the worker's process; else the episodes queue, whose
+    # worker (a threads pool) waits on many model servers' answers at once
+    queue = "gpu" if request.queue_kind == "gpu" else "episodes"
+    fields = job_fields(
+        request,
+        requester_id=None,
+        trajectory_id=trajectory.pk,
+        branch_id=branch_id,
+        world_endpoint=endpoint,
+        appends=True,
+        queue=queue_name(queue),
+    )
+    fields.update(message_id=uuid.uuid4().hex, dispatched_at=timezone.now())
+    fields["params"]["reply_to"] = uuid.uuid4().hex  # where its answer is sent (jobs.replies)
+    # the baseline reads no prompt, so it does not claim to run in the world
+    version = world_version_of(trajectory) if request.world_model.backend != "retrieval" else None
+    if version is not None:
+        fields["world_version_id"], fields["params"]["world"] = version
+    try:
+        if not connection.in_atomic_block:
+            return SimulationJob.objects.create(**fields)  # one statement, committed
+        with transaction.atomic():  # a savepoint keeps the caller's transaction usable
+            return SimulationJob.objects.create(**fields)
+    except IntegrityError:
+        if SimulationJob.objects.filter(
+            branch_id=branch_id, appends=True, status__in=[JobStatus.QUEUED, JobStatus.RUNNING]
+        ).exists():
+            raise EpisodeError("the previous step is still being answered: wait for it") from None
+        if version is not None and not WorldVersion.objects.filter(pk=version[0]).exists():
+            _VERSIONS.clear()  # its world was deleted: go on without it, as a new process would
+        # else the open step ended between the insert and the check, or the episode went
+        raise _Again from None
 
 
-def finished_job(job_id: int) -> SimulationJob | None:
+# (world id, version number) -> (version id, the label jobs carry): a version never changes
+_VERSIONS: dict[tuple[int, int], tuple[int, dict[str, Any]]] = {}
+
+
+def world_version_of(trajectory: Trajectory) -> tuple[int, dict[str, Any]] | None:
+    world = (trajectory.metadata or {}).get("world")
+    if not isinstance(world, dict):
+        return None
+    key = (world.get("id"), world.get("version"))
+    found = _VERSIONS.get(key)  # type: ignore[arg-type]
+    if found is None:
+        version = world_of_trajectory(trajectory)
+        if version is None:
+            return None
+        found = (version.pk, world_label(version))
+        if len(_VERSIONS) > 4096:
+            _VERSIONS.clear()
+        _VERSIONS[key] = found  # type: ignore[index]
+    return found[0], dict(found[1])
+
+
+def _episode_pk(episode_id: Any) -> int:
+    if episode_id in (None, ""):
+        raise EpisodeError("episode_id is required: the one /reset returned")
+    try:
+        return int(episode_id)
+    except (TypeError, ValueError):
+        raise EpisodeError(f"episode_id {episode_id!r} is not an episode of this project") from None
+
+
+UNCLAIMED = (
+    "no worker took this step within {s} s: is a worker consuming the {queue} queue? (e.g. "
+    "celery -A studio worker -Q {queue} -P threads, as scripts/dev.sh starts one)"
+)
+
+
+def finished_job(job_id: int, *, unclaimed_after_s: float | None = None) -> SimulationJob | None:
+    """The job if it ended, else None. `unclaimed_after_s`: a step that no worker has taken
+    for that long fails, saying which queue nobody consumes (an agent waits on it)."""
     job = SimulationJob.objects.filter(pk=job_id).first()
-    return job if job is not None and job.is_finished else None
+    if job is None or job.is_finished:
+        return job
+    waited = (timezone.now() - job.created_at).total_seconds()
+    if job.status == JobStatus.QUEUED and unclaimed_after_s is not None:
+        if waited > unclaimed_after_s:
+            message = UNCLAIMED.format(s=round(unclaimed_after_s), queue=job.queue)
+            SimulationJob.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
+                status=JobStatus.FAILED, error=message, phase="failed", finished_at=timezone.now()
+            )
+            job.refresh_from_db()
+            return job if job.is_finished else None
+    return None
 
 
-def step_result(job: SimulationJob) -> StepResult:
-    trajectory = job.trajectory
-    if job.status != JobStatus.SUCCEEDED:
-        raise EpisodeError(f"the world model did not answer: {job.error or job.status}")
-    step = trajectory.root_branch.steps.filter(index=job.fork_index).first()
-    if step is None:
-        raise EpisodeError("the world model's answer was not recorded")
-    limit = (trajectory.metadata or {}).get("episode", {}).get("max_steps", DEFAULT_MAX_STEPS)
+def max_steps_of(trajectory: Trajectory) -> int:
+    return (trajectory.metadata or {}).get("episode", {}).get("max_steps", DEFAULT_MAX_STEPS)
+
+
+def observation_of(episode_id: int, max_steps: int, step: Step, backend: str) -> StepResult:
+    """What the agent gets back for `step` of its episode."""
     observation = {
-        "episode_id": str(trajectory.pk),
+        "episode_id": str(episode_id),
         "text": step.observation,
         "step": step.index,
         "parse_status": step.parse_status,
@@ -166,10 +287,25 @@ def step_result(job: SimulationJob) -> StepResult:
     perturbation = (step.meta or {}).get("perturbation")
     if isinstance(perturbation, dict):
         observation["perturbation"] = perturbation.get("label")
-    if job.backend == "retrieval":
+    if backend == "retrieval":
         # said to the agent too: the baseline reads no world, it returns a recorded answer
         observation["baseline"] = "retrieval (non-neural): a recorded observation, not the world's"
-    return StepResult(observation=observation, done=step.index + 1 >= limit)
+    return StepResult(observation=observation, done=step.index + 1 >= max_steps)
+
+
+def failure_of(job: SimulationJob) -> str:
+    return f"the world model did not answer: {job.error or job.status}"
+
+
+def step_result(job: SimulationJob) -> StepResult:
+    """The answer of a finished step job, read from the rows (when its worker's message
+    did not come)."""
+    if job.status != JobStatus.SUCCEEDED:
+        raise EpisodeError(failure_of(job))
+    step = Step.objects.filter(branch_id=job.branch_id, index=job.fork_index).first()
+    if step is None:
+        raise EpisodeError("the world model's answer was not recorded")
+    return observation_of(job.trajectory_id, max_steps_of(job.trajectory), step, job.backend)
 
 
 def state(trajectory: Trajectory) -> dict[str, Any]:
@@ -181,14 +317,3 @@ def state(trajectory: Trajectory) -> dict[str, Any]:
         "task": trajectory.task_instruction,
         "max_steps": meta.get("episode", {}).get("max_steps"),
     }
-
-
-def wait(job_id: int, timeout_s: float) -> SimulationJob:
-    """Block until the job ends (for callers outside an event loop: the command, tests)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job = finished_job(job_id)
-        if job is not None:
-            return job
-        time.sleep(0.01)
-    raise EpisodeError(f"no answer within {timeout_s:.0f} s (is a worker running?)")

@@ -72,14 +72,12 @@ def start_simulation(
     agent_endpoint: ModelEndpoint | None = None,
     world_version: WorldVersion | None = None,
     labels: dict[str, Any] | None = None,
-    append: bool = False,
 ) -> SimulationJob:
     """Create the job and its N queued child branches in one transaction. The caller
     enqueues it (`studio.tasks.enqueue_simulation`), which waits for the commit. The
     endpoints, when the request came from them, are where the worker finds the API keys.
     In a fictional world (`world_version`), the world's prompt and tools are used."""
     user_id = getattr(user, "pk", None)
-    agent = request.agent
     reads_prompts = request.world_model.backend != "retrieval"
     if world_version is not None and not reads_prompts:
         raise InvalidRequest(
@@ -96,44 +94,18 @@ def start_simulation(
         world_version = world_of_trajectory(branch.trajectory)
     with transaction.atomic():
         job = SimulationJob.objects.create(
-            requester_id=user_id,
-            trajectory_id=branch.trajectory_id,
-            branch=branch,
-            fork_index=request.fork_index,
-            action=request.action,
-            mode=request.mode,
-            n=request.n,
-            max_steps=request.max_steps,
-            params={
-                **request.sampling.as_dict(),
-                **(
-                    {"perturbation_seed": request.perturbation_seed}
-                    if request.perturbations
-                    else {}
-                ),
-                **({"sweep": [p.as_dict() for p in request.sweep]} if request.sweep else {}),
-                **({"world": world_label(world_version)} if world_version is not None else {}),
-                **(labels or {}),
-            },
-            world_version=world_version,
-            appends=append,
-            perturbations=[rule.as_dict() for rule in request.perturbations],
-            world_endpoint=world_endpoint,
-            backend=request.world_model.backend,
-            model=request.world_model.model,
-            base_url=request.world_model.base_url,
-            agent_endpoint=agent_endpoint if agent is not None else None,
-            agent_model=agent.model if agent is not None else "",
-            agent_base_url=agent.base_url if agent is not None else "",
-            queue=queue_name(request.queue_kind),
+            **job_fields(
+                request,
+                requester_id=user_id,
+                trajectory_id=branch.trajectory_id,
+                branch_id=branch.pk,
+                world_endpoint=world_endpoint,
+                agent_endpoint=agent_endpoint,
+                world_version=world_version,
+                labels=labels,
+                queue=queue_name(request.queue_kind),
+            )
         )
-        if append:
-            # one future, written into `branch` itself after its last step (an episode)
-            if request.n != 1 or request.fork_index != branch.all_steps().count():
-                raise InvalidRequest(
-                    {"n": ["an appending job has one future, at the branch's next step"]}
-                )
-            return job
         origin = BranchOrigin.EDITED if request.edited else BranchOrigin.SIMULATED
         children = [
             Branch(
@@ -162,6 +134,51 @@ def start_simulation(
             child.lineage = [*child.lineage, [child.pk, request.fork_index]]
         Branch.objects.bulk_update(children, ["lineage"])
     return job
+
+
+def job_fields(
+    request: SimulationRequest,
+    *,
+    requester_id: int | None,
+    trajectory_id: int,
+    branch_id: int,
+    world_endpoint: ModelEndpoint | None,
+    agent_endpoint: ModelEndpoint | None = None,
+    world_version: WorldVersion | None = None,
+    labels: dict[str, Any] | None = None,
+    appends: bool = False,
+    queue: str,
+) -> dict[str, Any]:
+    """The row of a new job for `request`: what it asks, and the models as they are now."""
+    agent = request.agent
+    return {
+        "requester_id": requester_id,
+        "trajectory_id": trajectory_id,
+        "branch_id": branch_id,
+        "fork_index": request.fork_index,
+        "action": request.action,
+        "mode": request.mode,
+        "n": request.n,
+        "max_steps": request.max_steps,
+        "params": {
+            **request.sampling.as_dict(),
+            **({"perturbation_seed": request.perturbation_seed} if request.perturbations else {}),
+            **({"sweep": [p.as_dict() for p in request.sweep]} if request.sweep else {}),
+            **({"world": world_label(world_version)} if world_version is not None else {}),
+            **(labels or {}),
+        },
+        "world_version": world_version,
+        "appends": appends,
+        "perturbations": [rule.as_dict() for rule in request.perturbations],
+        "world_endpoint": world_endpoint,
+        "backend": request.world_model.backend,
+        "model": request.world_model.model,
+        "base_url": request.world_model.base_url,
+        "agent_endpoint": agent_endpoint if agent is not None else None,
+        "agent_model": agent.model if agent is not None else "",
+        "agent_base_url": agent.base_url if agent is not None else "",
+        "queue": queue,
+    }
 
 
 SHORT_ACTION_CHARS = 40

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from inference import worlds as worlding
-from studio.models import Branch, Project, Trajectory, World, WorldVersion
+from studio.models import Branch, BranchOrigin, Project, Trajectory, World, WorldVersion
 
 
 @dataclass
@@ -78,5 +78,11 @@ def start_trajectory(version: WorldVersion, task_instruction: str, user=None) ->
             source_key=f"world-{world.pk}-v{version.number}-{uuid4().hex[:12]}",
             step_count=0,
         )
-        Branch.objects.create(trajectory=trajectory, name="in the world", created_by=user)
+        # its observations are the world model's: the branch is simulated, not recorded
+        Branch.objects.create(
+            trajectory=trajectory,
+            name="in the world",
+            origin=BranchOrigin.SIMULATED,
+            created_by=user,
+        )
     return trajectory

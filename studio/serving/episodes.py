@@ -29,12 +29,14 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from studio.jobs import replies
+from studio.models import SimulationJob
 from studio.services import episodes
 from studio.services.tokens import authenticate, still_active
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.005  # how often a waiting step looks at its job row
+POLL_S = (0.005, 0.1)  # without Redis, a waiting step reads its job row this often (backoff)
 
 
 def _db(fn):
@@ -42,30 +44,48 @@ def _db(fn):
     return sync_to_async(fn, thread_sensitive=False)
 
 
-def _enqueue(job) -> None:
-    from studio.tasks import enqueue_simulation
+async def _run_step(token, episode_id, action, *, check_token: bool = False) -> episodes.StepResult:
+    """Queue the step and wait for its answer. `check_token`: refuse a token revoked since
+    the connection opened (episodes.TokenRevoked)."""
 
-    enqueue_simulation(job)
+    def start() -> SimulationJob:
+        from studio.tasks import enqueue_episode_step
+
+        # committed: its message goes now
+        job = episodes.start_step(token, episode_id, action, check_token=check_token)
+        enqueue_episode_step(job)
+        return job
+
+    return await _answer_of(await _db(start)())
 
 
-async def _run_step(trajectory, action) -> episodes.StepResult:
-    def start():
-        from django.db import transaction
-
-        with transaction.atomic():  # enqueue on commit, as every job is
-            job = episodes.start_step(trajectory, action)
-            _enqueue(job)
-        return job.pk
-
-    job_id = await _db(start)()
-    deadline = asyncio.get_running_loop().time() + settings.STUDIO_JOB_HARD_LIMIT_S + 60
+async def _answer_of(job: SimulationJob) -> episodes.StepResult:
+    """The worker's answer as soon as it is sent (Redis), else from the job row."""
+    loop = asyncio.get_running_loop()
+    # the worker gives up on the model after two tries of the step's timeout; the queue's
+    # wait comes on top (the sweeper fails a step whose worker died)
+    deadline = loop.time() + 2 * settings.STUDIO_EPISODE_STEP_TIMEOUT_S + 600
+    pause = POLL_S[0]
     while True:
-        job = await _db(episodes.finished_job)(job_id)
-        if job is not None:
-            return await _db(episodes.step_result)(job)
-        if asyncio.get_running_loop().time() > deadline:
+        if replies.redis_url() is not None:
+            answer = await replies.replies.next(job.params["reply_to"], replies.CHECK_S)
+            if answer is not None:
+                if not answer.get("ok"):
+                    raise episodes.EpisodeError(
+                        f"the world model did not answer: {answer.get('error') or answer.get('status')}"
+                    )
+                return episodes.StepResult(observation=answer["observation"], done=answer["done"])
+        # no message (yet): the row says whether it ended without one (a worker lost)
+        ended = await _db(episodes.finished_job)(
+            job.pk, unclaimed_after_s=settings.STUDIO_JOB_STALE_S
+        )
+        if ended is not None:
+            return await _db(episodes.step_result)(ended)
+        if loop.time() > deadline:
             raise episodes.EpisodeError("no answer in time (is a worker running?)")
-        await asyncio.sleep(POLL_S)
+        if replies.redis_url() is None:
+            await asyncio.sleep(pause)
+            pause = min(POLL_S[1], pause * 1.5)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -132,14 +152,30 @@ async def reset(request: Request) -> JSONResponse:
 
 
 async def step(request: Request) -> JSONResponse:
-    auth = await _authorise(request)
-    if auth is None:
-        return _error(401, "a valid API token of this world's project is required")
-    token, _ = auth
     try:
         data = await _json_body(request)
-        trajectory = await _db(episodes.episode_of)(token, data.get("episode_id"))
-        result = await _run_step(trajectory, data.get("action"))
+    except episodes.EpisodeError as exc:
+        if await _authorise(request, touch=False) is None:
+            return _error(401, "a valid API token of this world's project is required")
+        return _error(400, str(exc))
+    text = _token_of(request.path_params.get("token"), request.headers)
+    world_id = int(request.path_params["world_id"])
+
+    def start() -> SimulationJob | None:
+        from studio.tasks import enqueue_episode_step
+
+        token = authenticate(text)
+        if token is None or episodes.world_of(token, world_id) is None:
+            return None
+        job = episodes.start_step(token, data.get("episode_id"), data.get("action"))
+        enqueue_episode_step(job)  # the row is committed: its message goes now
+        return job
+
+    try:
+        job = await _db(start)()
+        if job is None:
+            return _error(401, "a valid API token of this world's project is required")
+        result = await _answer_of(job)
     except episodes.EpisodeError as exc:
         return _error(400, str(exc))
     return JSONResponse(_payload(result))
@@ -169,30 +205,40 @@ async def ws(websocket: WebSocket) -> None:
     async def send(kind: str, data: dict) -> None:
         await websocket.send_text(json.dumps({"type": kind, "data": data}))
 
+    async def revoked() -> None:
+        await websocket.close(code=4401, reason="the API token was revoked")
+
     try:
         while True:
             raw = await websocket.receive_text()
-            if not await _db(still_active)(token):  # revoked while connected: stop here
-                await websocket.close(code=4401, reason="the API token was revoked")
-                return
             try:
                 message = json.loads(raw)
                 kind = message.get("type") if isinstance(message, dict) else None
                 data = (message.get("data") or {}) if isinstance(message, dict) else {}
+                if kind == "step":
+                    # the token's check rides with the step's own trip to the database
+                    if not isinstance(data, dict):
+                        raise episodes.EpisodeError("a message's data must be a JSON object")
+                    if trajectory is None:
+                        if not await _db(still_active)(token):
+                            return await revoked()
+                        raise episodes.EpisodeError("reset first: no episode on this connection")
+                    try:
+                        result = await _run_step(token, trajectory.pk, data, check_token=True)
+                    except episodes.TokenRevoked:
+                        return await revoked()
+                    await send("observation", _payload(result))
+                    continue
+                # a message that acts counts as a use; every message stops at a revoked token
+                if not await _db(still_active)(token, touch=kind == "reset"):
+                    return await revoked()
                 if not isinstance(data, dict):
                     raise episodes.EpisodeError("a message's data must be a JSON object")
-                if kind in ("reset", "step"):  # a message that acts counts as a use
-                    await _db(still_active)(token, touch=True)
                 if kind == "reset":
                     trajectory, result = await _db(episodes.reset)(
                         token, world, task=data.get("task", ""),
                         max_steps=data.get("max_steps"), client="websocket",
                     )  # fmt: skip
-                    await send("observation", _payload(result))
-                elif kind == "step":
-                    if trajectory is None:
-                        raise episodes.EpisodeError("reset first: no episode on this connection")
-                    result = await _run_step(trajectory, data)
                     await send("observation", _payload(result))
                 elif kind == "state":
                     if trajectory is None:

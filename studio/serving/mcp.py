@@ -32,20 +32,17 @@ class _Refused(Exception):
     pass
 
 
-async def _auth(ctx) -> tuple[Any, Any]:
-    from studio.services.tokens import authenticate
-    from studio.serving.episodes import _db
+AUTH_SCOPE_KEY = "agentworld.auth"  # (token, world), put in the scope by `asgi_app`
 
+
+async def _auth(ctx) -> tuple[Any, Any]:
+    """The token and world `asgi_app` checked for this request (every MCP request passes
+    there first)."""
     request = ctx.request
-    if request is None:
-        raise _Refused("no HTTP request")
-    token = await _db(authenticate)(request.path_params.get("token", ""))
-    world = None
-    if token is not None:
-        world = await _db(episodes.world_of)(token, int(request.path_params["world_id"]))
-    if token is None or world is None:
+    auth = request.scope.get(AUTH_SCOPE_KEY) if request is not None else None
+    if auth is None:
         raise _Refused("a valid API token of this world's project is required")
-    return token, world
+    return auth
 
 
 async def list_tools(ctx, params) -> types.ListToolsResult:
@@ -83,7 +80,9 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
             if session:
                 _EPISODES[session] = (trajectory.pk, token.pk)
         action = {"name": params.name, "arguments": dict(params.arguments or {})}
-        result = await _run_step(trajectory, action)
+        result = await _run_step(token, trajectory.pk, action, check_token=True)
+    except episodes.TokenRevoked:
+        raise _Refused("the API token was revoked") from None
     except episodes.EpisodeError as exc:
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=str(exc))], is_error=True
@@ -154,4 +153,5 @@ async def asgi_app(scope, receive, send) -> None:
         response = JSONResponse({"detail": "the MCP server is not running"}, status_code=503)
         await response(scope, receive, send)
         return
-    await state.app(scope, receive, send)
+    # the SDK hands its handlers a request made from this scope: they read the check's result
+    await state.app({**scope, AUTH_SCOPE_KEY: (token, world)}, receive, send)

@@ -37,9 +37,11 @@ class ScriptedBackend:
         self.raise_error = raise_error
         self.is_neural = is_neural
         self.requests: list[GenerationRequest] = []
+        self.streamed: list[bool] = []  # whether each call was asked for a stream of events
 
     def generate(self, request: GenerationRequest, on_event=None) -> list[Completion]:
         self.requests.append(request)
+        self.streamed.append(on_event is not None)
         if self.raise_error:
             raise BackendError(self.raise_error)
         out = []

@@ -80,7 +80,12 @@ def _make_handler(
     hold_after_chunks: int | None = None,
 ):
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
+        # keep-alive, as model servers do (a JSON answer carries its length); a stream has
+        # no length and closes its connection
+        protocol_version = "HTTP/1.1"
+        # headers and body go out in separate writes: without TCP_NODELAY the client's
+        # delayed ACK holds the body back ~40 ms on a kept-alive connection
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
             pass
@@ -176,6 +181,8 @@ def _make_handler(
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.close_connection = True
             self.end_headers()
 
             def send(payload: Any) -> None:

@@ -53,6 +53,7 @@ def running_worker(
     extra_env: dict[str, str] | None = None,
     log_path: Path | None = None,
     pool: str = "prefork",
+    concurrency: int = 1,
 ) -> Iterator[subprocess.Popen]:
     """A `celery worker` subprocess consuming this test run's queues; stopped on exit."""
     prefix = settings.STUDIO_QUEUE_PREFIX
@@ -70,7 +71,7 @@ def running_worker(
             "-Q",
             names,
             "-c",
-            "1",
+            str(concurrency),
             "--pool",
             pool,
             "-l",
