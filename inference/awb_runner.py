@@ -1,9 +1,14 @@
 """World-model inference over AgentWorldBench files: one request per row, sent exactly as the
-reference does (`inference.prompts.reference_messages`), concurrent, resumable (rows already in
-the output, keyed by id + turn_idx, are skipped) and with a tqdm progress bar.
+reference does (`inference.prompts.reference_messages`), with the reference's sampling by
+default (temperature 0.6, 32,768 tokens, no top_p unless given), concurrent, resumable (rows
+already in the output, keyed by domain + id + turn_idx, are skipped; a rerun tries the failed
+ones again) and with a tqdm progress bar.
 
-Each output line is the input row plus `gen` (raw model text) and `predicted_observation`
-(parsed like the reference parser), plus `parse_status`."""
+Each output line is the input row plus `gen` (the model's answer; a reasoning model's thinking,
+when its server returns it apart, is kept in `reasoning_content`), `predicted_observation`
+(parsed like the reference parser) and `parse_status`. A row whose generation failed is kept,
+as the reference keeps it: an empty `gen`, `failed` 1.0 and `error_message`; judging and
+scoring leave it out."""
 
 from __future__ import annotations
 
@@ -91,6 +96,31 @@ def read_jsonl_keys(path: Path) -> set[tuple[str, str, int]]:
     return done
 
 
+def drop_lines(path: Path, redo: Callable[[dict], bool]) -> int:
+    """Remove the lines for which `redo` is true (rows to do again), atomically; returns how
+    many went. A torn last line goes too."""
+    if not path.exists():
+        return 0
+    kept: list[str] = []
+    dropped = 0
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                dropped += 1
+                continue
+            if isinstance(row, dict) and redo(row):
+                dropped += 1
+            else:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    if dropped:
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        tmp.replace(path)
+    return dropped
+
+
 def truncate_torn_line(path: Path) -> None:
     """A run killed mid-write can leave half a line; cut it so appends start on a new line."""
     if not path.exists() or path.stat().st_size == 0:
@@ -139,11 +169,16 @@ def run_concurrently(
     concurrency: int,
     desc: str,
     show_progress: bool = True,
+    redo: Callable[[dict], bool] | None = None,
 ) -> RunStats:
     """Run `work` on every row not yet in `out_path` and append the results as they finish.
-    `work` raises to mark a row failed (it is not written, so a later run retries it)."""
+    `work` raises to mark a row failed (it is not written, so a later run retries it), or
+    returns it with `failed` 1.0 (written, and counted failed). `redo`: rows already in the
+    file to do again (dropped from it first)."""
     from tqdm import tqdm
 
+    if redo is not None:
+        drop_lines(out_path, redo)
     done = read_jsonl_keys(out_path)
     todo = [r for r in rows if row_key(r) not in done]
     stats = RunStats(total=len(rows), skipped=len(rows) - len(todo))
@@ -155,8 +190,16 @@ def run_concurrently(
         for future in as_completed(futures):
             row = futures[future]
             try:
-                writer.write(future.result())
-                stats.written += 1
+                result = future.result()
+                writer.write(result)
+                if result.get("failed") == 1.0:
+                    stats.failed += 1
+                    stats.errors.append(
+                        f"id={row.get('id')} turn_idx={row.get('turn_idx')}: "
+                        f"{result.get('error_message', 'failed')}"
+                    )
+                else:
+                    stats.written += 1
             except Exception as exc:  # noqa: BLE001 - reported per row, the run goes on
                 stats.failed += 1
                 stats.errors.append(f"id={row.get('id')} turn_idx={row.get('turn_idx')}: {exc}")
@@ -175,9 +218,9 @@ def run_infer(
     backend,
     out_path: str | Path,
     *,
-    max_tokens: int = 4096,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
+    max_tokens: int = 32768,
+    temperature: float = 0.6,
+    top_p: float | None = None,
     seed: int | None = None,
     concurrency: int = 8,
     show_progress: bool = True,
@@ -191,16 +234,23 @@ def run_infer(
         )
         request = GenerationRequest(messages=reference_messages(row), params=params)
         row_backend = backend.for_row(row) if hasattr(backend, "for_row") else backend
-        completion = row_backend.generate(request, None)[0]
+        try:
+            completion = row_backend.generate(request, None)[0]
+        except Exception as exc:  # noqa: BLE001 - kept as a failed generation, as the reference
+            return failed_generation(row, f"{type(exc).__name__}: {exc}")
         if completion.finish_reason == "error":
-            raise RuntimeError(completion.error or "the backend returned an error")
-        parsed = parse_prediction(completion.text)
-        return {
+            return failed_generation(row, completion.error or "the backend returned an error")
+        gen = completion.text if completion.answer is None else completion.answer
+        parsed = parse_prediction(gen)
+        out = {
             **row,
-            "gen": completion.text,
+            "gen": gen,
             "predicted_observation": parsed.observation,
             "parse_status": str(parsed.status),
         }
+        if completion.reasoning:
+            out["reasoning_content"] = completion.reasoning
+        return out
 
     # one in-process model is not thread-safe: the hf backend runs rows one at a time
     if getattr(backend, "name", "") == "hf":
@@ -212,7 +262,16 @@ def run_infer(
         concurrency=concurrency,
         desc="infer",
         show_progress=show_progress,
+        redo=is_failed_generation,
     )
+
+
+def failed_generation(row: dict, message: str) -> dict:
+    return {**row, "gen": "", "failed": 1.0, "error_message": f"Inference failed: {message}"}
+
+
+def is_failed_generation(row: dict) -> bool:
+    return row.get("failed") == 1.0 and not row.get("gen")
 
 
 OBSERVATION_MARKER = "**Environment Observation:**"

@@ -1,14 +1,26 @@
 """LLM-as-judge for AgentWorldBench predictions: a judge model compares each predicted
 observation with the ground truth (`response[turn_idx - 1]`) and scores five dimensions 1-5.
-Its answer is a fenced ```json block inside <final_evaluation> tags. Prompts written for this
-project. A judgement that fails (API error or unparseable answer) is retried, then marked
-failed in the output so scoring leaves it out."""
+Prompts written for this project; the answer shape and the row fields are the reference
+pipeline's (QwenLM/Qwen-AgentWorld eval/eval.py), so files go both ways:
+
+- the judge answers inside <final_evaluation> with a fenced JSON object whose five scores sit
+  under "scores", beside "strengths" and "weaknesses"; the parser also takes a flat object,
+  an unclosed or missing tag, a missing fence, near-JSON (repaired), "4/5"-style values and
+  out-of-range values (clamped to 1-5), and tags in any case;
+- a prediction row carries `predicted_observation` (the studio's infer) or only `gen` (the
+  reference's), parsed as the reference does ("No output" when nothing is left);
+- a judged row gets the reference's fields (the five dimensions flat, `total_score`, `failed`
+  1.0/0.0, `strengths`, `weaknesses`, `extracted_output`, `judge_raw_output`) beside the
+  studio's (`scores`, `judge`). A row without a generation is marked failed without asking the
+  judge; a judgement that fails (API error, unparseable answer) is retried, then marked failed.
+  Scoring leaves failed rows out."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,10 +48,13 @@ Score each dimension with an integer from 1 (very poor) to 5 (excellent):
 - quality: overall usefulness as a stand-in for the real observation when training or testing
   an agent.
 
-Think it through briefly, then end with exactly this block and nothing after it:
+Think it through briefly, then end with exactly this block and nothing after it (each score an
+integer; strengths and weaknesses short phrases, possibly none):
 <final_evaluation>
 ```json
-{"format": 1-5, "factuality": 1-5, "consistency": 1-5, "realism": 1-5, "quality": 1-5}
+{"scores": {"format": 1-5, "factuality": 1-5, "consistency": 1-5, "realism": 1-5,
+            "quality": 1-5},
+ "strengths": ["..."], "weaknesses": ["..."]}
 ```
 </final_evaluation>"""
 
@@ -56,33 +71,49 @@ JUDGE_USER_TEMPLATE = """\
 ## Predicted observation (world model)
 {prediction}"""
 
-HISTORY_CHARS = 12000  # keep the judge prompt bounded: the most recent history wins
-FIELD_CHARS = 16000
+NO_OUTPUT = "No output"  # what the judge sees of a prediction with nothing left after parsing
 
 
 class JudgementError(ValueError):
     pass
 
 
-def _clip(text: str, limit: int, *, keep_end: bool = False) -> str:
-    if len(text) <= limit:
+def _clip(text: str, limit: int | None, *, keep_end: bool = False) -> str:
+    if limit is None or len(text) <= limit:
         return text
     if keep_end:
         return "[... earlier text cut ...]\n" + text[-limit:]
     return text[:limit] + "\n[... cut ...]"
 
 
-def build_judge_messages(row: dict) -> list[dict]:
+def prediction_of(row: dict) -> str | None:
+    """The predicted observation of a prediction row: `predicted_observation` (the studio's
+    infer) or `gen` parsed as the reference parses it; "No output" when nothing is left (an
+    empty or thinking-only answer); None for a row without a generation (failed)."""
+    from inference.parsing import parse_prediction
+
+    if isinstance(row.get("predicted_observation"), str) and row.get("gen", True):
+        return row["predicted_observation"].strip() or NO_OUTPUT
+    gen = row.get("gen")
+    if not isinstance(gen, str) or not gen:
+        return None
+    return parse_prediction(gen).observation or NO_OUTPUT
+
+
+def build_judge_messages(row: dict, *, history_chars: int | None = None) -> list[dict]:
+    """The judge's prompt for one row: the whole history by default, as the reference sends
+    it; `history_chars` keeps only its last characters."""
     turn = int(row["turn_idx"])
     prompts, responses = row["prompt"], row["response"]
     history = "\n\n".join(
         f"{prompts[i]}\n\n{responses[i]}" for i in range(turn - 1) if i < len(responses)
     )
+    prediction = prediction_of(row)
     user = JUDGE_USER_TEMPLATE.format(
-        history=_clip(history, HISTORY_CHARS, keep_end=True) or "(none: this is the first turn)",
-        current=_clip(prompts[turn - 1], FIELD_CHARS),
-        reference=_clip(str(responses[turn - 1]), FIELD_CHARS),
-        prediction=_clip(str(row.get("predicted_observation", "")), FIELD_CHARS) or "(empty)",
+        history=_clip(history, history_chars, keep_end=True) or "(none: this is the first turn)",
+        current=prompts[turn - 1],
+        reference=str(responses[turn - 1]) if turn - 1 < len(responses) else "",
+        prediction=NO_OUTPUT if prediction is None else prediction,
     )
     return [
         {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
@@ -90,39 +121,98 @@ def build_judge_messages(row: dict) -> list[dict]:
     ]
 
 
-_FINAL = re.compile(r"<final_evaluation>(.*?)</final_evaluation>", re.S)
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+@dataclass
+class Judgement:
+    scores: dict[str, float]  # each dimension, 1-5
+    strengths: list[str] = field(default_factory=list)
+    weaknesses: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return total_score(self.scores)
 
 
-def parse_judgement(text: str) -> dict[str, int]:
-    """Scores from the LAST <final_evaluation> block's fenced JSON; every dimension an
-    integer 1-5, else JudgementError naming what is wrong."""
-    blocks = _FINAL.findall(text or "")
-    if not blocks:
-        raise JudgementError("no <final_evaluation>...</final_evaluation> block in the answer")
-    fences = _FENCE.findall(blocks[-1])
-    if not fences:
-        raise JudgementError("no fenced ```json block inside <final_evaluation>")
+_I = re.IGNORECASE | re.DOTALL
+_FINAL_OPEN = re.compile(r"<final_evaluation>", _I)
+_FINAL_CLOSE = re.compile(r"</final_evaluation>", _I)
+_FENCE = re.compile(r"```(?:json)?[ \t]*\n?(.*?)(?:```|\Z)", _I)
+_RATIO = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*(\d+(?:\.\d+)?))?\s*$")
+
+
+def _evaluation_text(text: str) -> str:
+    """The last <final_evaluation> block (to its closing tag, or to the end when it is not
+    closed), else the whole answer."""
+    opened = None
+    for opened in _FINAL_OPEN.finditer(text):  # noqa: B007 - the last one is wanted
+        pass
+    if opened is None:
+        return text
+    body = text[opened.end() :]
+    close = _FINAL_CLOSE.search(body)
+    return body if close is None else body[: close.start()]
+
+
+def _json_object(region: str) -> dict:
+    import json_repair
+
+    candidates = [m.group(1) for m in _FENCE.finditer(region) if "{" in m.group(1)]
+    if not candidates:
+        start, end = region.find("{"), region.rfind("}")
+        if start == -1:
+            raise JudgementError("no JSON object with the scores in the answer")
+        candidates = [region[start : end + 1] if end > start else region[start:]]
+    text = candidates[-1].strip()
     try:
-        data = json.loads(fences[-1])
-    except json.JSONDecodeError as exc:
-        raise JudgementError(f"the JSON inside <final_evaluation> is invalid ({exc.msg})") from None
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = json_repair.loads(text)  # near-JSON: trailing commas, quotes, cut off
     if not isinstance(data, dict):
-        raise JudgementError("the JSON inside <final_evaluation> is not an object")
-    scores: dict[str, int] = {}
-    for dim in DIMENSIONS:
-        value = data.get(dim)
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value.strip())
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
-            raise JudgementError(f"score {dim!r} must be an integer 1-5, got {value!r}")
-        scores[dim] = value
-    return scores
+        raise JudgementError("the JSON with the scores is not an object")
+    return data
 
 
-def total_score(scores: dict[str, int]) -> float:
+def _score(value: Any, dim: str) -> float:
+    """A dimension's value as a number 1-5: ints, floats, "4", "4/5" (or "8/10", scaled to
+    five), out-of-range values clamped."""
+    if isinstance(value, bool) or value is None:
+        raise JudgementError(f"score {dim!r} is missing or not a number (got {value!r})")
+    if isinstance(value, int | float):
+        number = float(value)
+    else:
+        found = _RATIO.match(str(value))
+        if found is None:
+            raise JudgementError(f"score {dim!r} is not a number (got {value!r})")
+        number = float(found.group(1))
+        if found.group(2) is not None and float(found.group(2)) not in (0.0, 5.0):
+            number = number / float(found.group(2)) * 5
+    number = min(5.0, max(1.0, number))
+    return int(number) if number.is_integer() else round(number, 3)
+
+
+def _phrases(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, list):
+        return [str(v) for v in value if str(v).strip()]
+    return []
+
+
+def parse_judgement(text: str) -> Judgement:
+    """The judge's scores (and strengths, weaknesses) from its answer; JudgementError naming
+    what is missing when there are none."""
+    data = {
+        str(k).strip().lower(): v for k, v in _json_object(_evaluation_text(text or "")).items()
+    }
+    nested = data.get("scores")
+    if isinstance(nested, dict):
+        source = {str(k).strip().lower(): v for k, v in nested.items()}
+    else:
+        source = data
+    scores = {dim: _score(source.get(dim), dim) for dim in DIMENSIONS}
+    return Judgement(scores, _phrases(data.get("strengths")), _phrases(data.get("weaknesses")))
+
+
+def total_score(scores: dict[str, float]) -> float:
     return sum(scores[d] for d in DIMENSIONS) / len(DIMENSIONS)
 
 
@@ -133,12 +223,15 @@ class Judge:
         base_url: str,
         model: str,
         api_key: str = "EMPTY",
-        temperature: float = 0.0,
-        max_tokens: int = 2048,
+        temperature: float = 0.6,
+        max_tokens: int = 32768,
         attempts: int = 3,
-        timeout: float = 300,
+        timeout: float = 600,
         backoff_s: float = 1.0,
+        history_chars: int | None = None,
     ):
+        """Defaults as the reference judge's: temperature 0.6, 32,768 tokens, the whole
+        history, three attempts."""
         from openai import OpenAI
 
         self.model = model
@@ -146,10 +239,14 @@ class Judge:
         self.max_tokens = max_tokens
         self.attempts = attempts
         self.backoff_s = backoff_s
+        self.history_chars = history_chars
         self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
 
     def judge_row(self, row: dict) -> dict:
-        messages = build_judge_messages(row)
+        prediction = prediction_of(row)
+        if prediction is None:  # the generation failed: nothing to judge
+            return failed_row(row, "No model generation", [], "", 0, None)
+        messages = build_judge_messages(row, history_chars=self.history_chars)
         errors: list[str] = []
         raw = ""
         for attempt in range(self.attempts):
@@ -161,28 +258,51 @@ class Judge:
                     max_tokens=self.max_tokens,
                 )
                 raw = response.choices[0].message.content or ""
-                scores = parse_judgement(raw)
-                return {
-                    **row,
-                    "judge": {
-                        "status": "ok",
-                        "scores": scores,
-                        "raw": raw,
-                        "attempts": attempt + 1,
-                    },
-                    "scores": scores,
-                    "total_score": total_score(scores),
-                }
+                judgement = parse_judgement(raw)
             except Exception as exc:  # noqa: BLE001 - API or parse failure: retry
                 errors.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
                 if attempt + 1 < self.attempts:
                     time.sleep(self.backoff_s * (2**attempt))
-        return {
-            **row,
-            "judge": {"status": "failed", "errors": errors, "raw": raw, "attempts": self.attempts},
-            "scores": None,
-            "total_score": None,
-        }
+                continue
+            return judged_row(row, judgement, prediction, raw, attempt + 1)
+        return failed_row(row, "Judge scoring failed", errors, raw, self.attempts, prediction)
+
+
+def judged_row(row: dict, judgement: Judgement, prediction: str, raw: str, attempts: int) -> dict:
+    """A judged row: the reference's fields and the studio's."""
+    return {
+        **row,
+        **judgement.scores,
+        "total_score": judgement.total,
+        "failed": 0.0,
+        "strengths": judgement.strengths,
+        "weaknesses": judgement.weaknesses,
+        "extracted_output": prediction,
+        "judge_raw_output": raw,
+        "scores": judgement.scores,
+        "judge": {"status": "ok", "scores": judgement.scores, "raw": raw, "attempts": attempts},
+    }
+
+
+def failed_row(
+    row: dict, message: str, errors: list[str], raw: str, attempts: int, prediction: str | None
+) -> dict:
+    """A row left out of the scores, as the reference marks one: failed 1.0, total 0."""
+    return {
+        **row,
+        "total_score": 0,
+        "failed": 1.0,
+        "error_message": message,
+        "extracted_output": prediction or "",
+        "scores": None,
+        "judge": {
+            "status": "failed",
+            "message": message,
+            "errors": errors,
+            "raw": raw,
+            "attempts": attempts,
+        },
+    }
 
 
 def run_judge(
@@ -200,5 +320,7 @@ def run_judge(
         concurrency=concurrency,
         desc="judge",
         show_progress=show_progress,
+        # a judgement that failed is asked again on a rerun; a row with no generation is not
+        redo=lambda row: (row.get("judge") or {}).get("message") == "Judge scoring failed",
     )
     return stats

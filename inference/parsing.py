@@ -10,7 +10,8 @@ Rules, in order:
    the end when the block is not closed, stripped;
 5. without any `<predicted_observation>`, the answer is the whole cleaned text, stripped.
 
-Status: "well_formed" (a closed block), "unclosed" (last block has no closing tag), "no_tag".
+Tags match in any case. Status: "well_formed" (a closed block), "unclosed" (last block has no
+closing tag), "no_tag".
 These strings equal `studio.models.trajectories.ParseStatus` values."""
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ WELL_FORMED = "well_formed"
 NO_TAG = "no_tag"
 UNCLOSED = "unclosed"
 
-_THINK_BLOCK = re.compile(re.escape(THINK_OPEN) + r"(.*?)" + re.escape(THINK_CLOSE), re.DOTALL)
+# Tags match in any case (<Think>, <PREDICTED_OBSERVATION>), as the reference parser's do.
+_I = re.IGNORECASE | re.DOTALL
+_THINK_BLOCK = re.compile(re.escape(THINK_OPEN) + r"(.*?)" + re.escape(THINK_CLOSE), _I)
+_THINK_OPEN = re.compile(re.escape(THINK_OPEN), _I)
+_THINK_CLOSE = re.compile(re.escape(THINK_CLOSE), _I)
+_OBS_OPEN = re.compile(re.escape(OBS_OPEN), _I)
+_OBS_CLOSE = re.compile(re.escape(OBS_CLOSE), _I)
 
 
 @dataclass(frozen=True)
@@ -38,8 +45,17 @@ class ParsedPrediction:
     raw: str = ""
 
 
+def _last(pattern: re.Pattern, text: str) -> re.Match | None:
+    found = None
+    for found in pattern.finditer(text):  # noqa: B007 - the last one is wanted
+        pass
+    return found
+
+
 def strip_thinking(text: str) -> tuple[str, list[str]]:
-    """Apply rules 1-3; return the cleaned text and the dropped thinking parts."""
+    """Apply rules 1-3; return the cleaned text and the dropped thinking parts. A nested
+    block (<think>a <think>b</think> c</think>) leaves an orphan closing tag after rule 1,
+    which rule 2 resolves: everything up to the last one is thinking."""
     dropped: list[str] = []
 
     def _drop(match: re.Match) -> str:
@@ -48,16 +64,16 @@ def strip_thinking(text: str) -> tuple[str, list[str]]:
 
     cleaned = _THINK_BLOCK.sub(_drop, text)
 
-    close_at = cleaned.rfind(THINK_CLOSE)
-    if close_at != -1:
-        dropped.append(cleaned[:close_at])
-        cleaned = cleaned[close_at + len(THINK_CLOSE) :]
+    close = _last(_THINK_CLOSE, cleaned)
+    if close is not None:
+        dropped.append(cleaned[: close.start()])
+        cleaned = cleaned[close.end() :]
 
-    while (open_at := cleaned.find(THINK_OPEN)) != -1:
-        obs_at = cleaned.find(OBS_OPEN, open_at)
-        end = len(cleaned) if obs_at == -1 else obs_at
-        dropped.append(cleaned[open_at + len(THINK_OPEN) : end])
-        cleaned = cleaned[:open_at] + cleaned[end:]
+    while (opened := _THINK_OPEN.search(cleaned)) is not None:
+        obs = _OBS_OPEN.search(cleaned, opened.start())
+        end = len(cleaned) if obs is None else obs.start()
+        dropped.append(cleaned[opened.end() : end])
+        cleaned = cleaned[: opened.start()] + cleaned[end:]
     return cleaned, dropped
 
 
@@ -67,11 +83,11 @@ def parse_prediction(text: str) -> ParsedPrediction:
     cleaned, dropped = strip_thinking(text)
     thinking = "\n\n".join(part.strip() for part in dropped if part.strip())
 
-    open_at = cleaned.rfind(OBS_OPEN)
-    if open_at == -1:
+    opened = _last(_OBS_OPEN, cleaned)
+    if opened is None:
         return ParsedPrediction(cleaned.strip(), thinking, NO_TAG, text)
-    body = cleaned[open_at + len(OBS_OPEN) :]
-    close_at = body.find(OBS_CLOSE)
-    if close_at == -1:
+    body = cleaned[opened.end() :]
+    close = _OBS_CLOSE.search(body)
+    if close is None:
         return ParsedPrediction(body.strip(), thinking, UNCLOSED, text)
-    return ParsedPrediction(body[:close_at].strip(), thinking, WELL_FORMED, text)
+    return ParsedPrediction(body[: close.start()].strip(), thinking, WELL_FORMED, text)

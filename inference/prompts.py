@@ -120,8 +120,9 @@ def build_messages(
 
 def reference_messages(row: Mapping[str, Any]) -> list[Message]:
     """Messages for one AgentWorldBench row, reconstructed as the reference inference does:
-    system = system_str; prompt[i] / response[i] for each turn before turn_idx; then
-    prompt[turn_idx - 1]. Raises ValueError naming the field when the row is malformed."""
+    system = system_str (no system message when it is empty); prompt[i] / response[i] for each
+    turn before turn_idx; then prompt[turn_idx - 1]. Raises ValueError naming the field when
+    the row is malformed."""
     for key in ("system_str", "prompt", "response", "turn_idx"):
         if key not in row:
             raise ValueError(f"AgentWorldBench row {row.get('id', '?')}: missing field {key!r}")
@@ -138,7 +139,9 @@ def reference_messages(row: Mapping[str, Any]) -> list[Message]:
             f"AgentWorldBench row {row.get('id', '?')}: field 'response' needs at least "
             f"{turn_idx - 1} entries"
         )
-    messages: list[Message] = [{"role": "system", "content": row["system_str"]}]
+    messages: list[Message] = []
+    if row["system_str"]:
+        messages.append({"role": "system", "content": row["system_str"]})
     for i in range(turn_idx - 1):
         messages.append({"role": "user", "content": prompts[i]})
         messages.append({"role": "assistant", "content": responses[i]})

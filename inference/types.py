@@ -27,7 +27,7 @@ class Turn:
 @dataclass
 class SamplingParams:
     temperature: float = 0.7
-    top_p: float = 0.95
+    top_p: float | None = 0.95  # None: not sent (the server's own default)
     max_tokens: int = 1024
     seed: int | None = None
     n: int = 1
@@ -44,6 +44,10 @@ class Completion:
     decode_s: float = 0.0
     finish_reason: str = "stop"  # stop | length | cancelled | error
     error: str = ""
+    # A reasoning model's thinking when its server returned it apart (`reasoning_content`):
+    # `text` then starts with it as a <think> block, and `answer` is the content alone.
+    reasoning: str = ""
+    answer: str | None = None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from inference.judge import JudgementError, parse_judgement
 from inference.prompts import reference_messages
 from tests.support.fake_openai import fake_openai_server
-from tests.support.jobs import AWB_DIR, read_awb_rows
+from tests.support.jobs import AWB_DIR, judge_command, read_awb_rows
 
 ROWS = read_awb_rows("terminal_test.jsonl") + read_awb_rows("mcp_test.jsonl")
 
@@ -115,9 +115,12 @@ def test_infer_failures_and_bad_data(tmp_path):
         infer(tmp_path / "x.jsonl", "http://127.0.0.1:9/v1", data=tmp_path)
     assert not (tmp_path / "x.jsonl").exists()
 
-    # a server that rejects one row: the others are written, the command exits non-zero
+    # a server that rejects one row: every row is written, that one as a failed generation
+    # (kept, as the reference keeps it), and the command exits non-zero
+    rejected = {"on": True}
+
     def picky(body, index):
-        if EXPECTED[key_of_messages(body["messages"])] == ("mcp-0042", 2):
+        if EXPECTED[key_of_messages(body["messages"])] == ("mcp-0042", 2) and rejected["on"]:
             return (400, "context length exceeded")
         return world_responder(body, index)
 
@@ -125,7 +128,32 @@ def test_infer_failures_and_bad_data(tmp_path):
     with fake_openai_server(picky) as srv:
         with pytest.raises(CommandError, match="1 row\\(s\\) failed"):
             infer(out, srv.base_url)
-    assert len(read_jsonl(out)) == 4
+        rows = {(r["id"], r["turn_idx"]): r for r in read_jsonl(out)}
+        assert len(rows) == 5
+        failed = rows[("mcp-0042", 2)]
+        assert failed["gen"] == "" and failed["failed"] == 1.0
+        assert "context length exceeded" in failed["error_message"]
+        # a rerun tries the failed one again, and only it; the file keeps one line per row
+        rejected["on"] = False
+        srv.requests.clear()
+        assert "predicted 1 rows, skipped 4" in infer(out, srv.base_url)
+        assert len(srv.requests) == 1
+    rows = {(r["id"], r["turn_idx"]): r for r in read_jsonl(out)}
+    assert len(rows) == len(read_jsonl(out)) == 5
+    assert rows[("mcp-0042", 2)]["gen"] and "failed" not in rows[("mcp-0042", 2)]
+
+
+def test_infer_samples_as_the_reference_by_default(tmp_path):
+    out = tmp_path / "pred.jsonl"
+    with fake_openai_server() as srv:
+        call_command(
+            "agentworldbench", "infer", "--data", str(AWB_DIR / "mcp_test.jsonl"),
+            "--out", str(out), "--base-url", srv.base_url, "--model", "m", verbosity=0,
+            stdout=StringIO(),
+        )  # fmt: skip
+        body = srv.requests[0]
+    assert (body["temperature"], body["max_tokens"]) == (0.6, 32768)
+    assert "top_p" not in body and "seed" not in body
 
 
 def test_infer_with_the_retrieval_baseline_offline(tmp_path):
@@ -198,35 +226,33 @@ def test_judge_and_score_give_the_normalised_figures(tmp_path, monkeypatch):
 
     judged = tmp_path / "judged.jsonl"
     with fake_openai_server(judge_responder) as srv:
-        stdout, stderr = StringIO(), StringIO()
-        call_command(
-            "agentworldbench", "judge", "--predictions", str(predictions), "--out", str(judged),
-            "--base-url", srv.base_url, "--model", "judge-model", stdout=stdout, stderr=stderr,
-            verbosity=0,
-        )  # fmt: skip
-    assert "judged 5 rows" in stdout.getvalue()
-    assert "1 judgement(s) failed after retries" in stderr.getvalue()
+        stdout, stderr = judge_command(predictions, judged, srv.base_url, "judge-model")
+    assert "judged 4 rows, skipped 0 already done, 1 failed (of 5)" in stdout
+    assert "1 row(s) marked failed" in stderr
     assert seen[("term-0007", 3)] == 2 and seen[("mcp-0042", 2)] == 3
     rows = {(r["id"], r["turn_idx"]): r for r in read_jsonl(judged)}
     assert rows[("term-0007", 2)]["total_score"] == 4.0
     assert rows[("term-0007", 2)]["scores"] == dict(zip(DIMS, [4, 3, 4, 5, 4], strict=True))
     assert rows[("mcp-0042", 2)]["judge"]["status"] == "failed"
-    assert rows[("mcp-0042", 2)]["total_score"] is None
+    assert (rows[("mcp-0042", 2)]["total_score"], rows[("mcp-0042", 2)]["failed"]) == (0, 1.0)
+    assert rows[("mcp-0042", 2)]["error_message"] == "Judge scoring failed"
 
     stdout = StringIO()
     call_command("agentworldbench", "score", "--predictions", str(judged), "--json", stdout=stdout)
     result = json.loads(stdout.getvalue())
     assert result["domains"]["terminal"] == {
-        "n": 3, "format": 75.0, "factuality": 66.67, "consistency": 75.0,
+        "n": 3, "failed": 0, "format": 75.0, "factuality": 66.67, "consistency": 75.0,
         "realism": 83.33, "quality": 75.0, "total": 75.0,
     }  # fmt: skip
-    assert result["domains"]["mcp"] == {"n": 1, **dict.fromkeys([*DIMS, "total"], 25.0)}
+    assert result["domains"]["mcp"] == {
+        "n": 1, "failed": 1, **dict.fromkeys([*DIMS, "total"], 25.0),
+    }  # fmt: skip
     # pooled over the 4 valid samples, not the mean of the domain figures (50.0)
     assert result["overall"] == {
-        "n": 4, "format": 62.5, "factuality": 56.25, "consistency": 62.5,
+        "n": 4, "failed": 1, "format": 62.5, "factuality": 56.25, "consistency": 62.5,
         "realism": 68.75, "quality": 62.5, "total": 62.5,
     }  # fmt: skip
-    assert result["invalid"] == 1
+    assert (result["invalid"], result["samples"]) == (1, 5)
     table = StringIO()
     call_command("agentworldbench", "score", "--predictions", str(judged), stdout=table)
     lines = table.getvalue().splitlines()
@@ -236,15 +262,15 @@ def test_judge_and_score_give_the_normalised_figures(tmp_path, monkeypatch):
 
 def test_parse_judgement_rules():
     good = judge_answer([1, 2, 3, 4, 5])
-    assert parse_judgement("draft ```json {}``` " + good) == dict(
+    assert parse_judgement("draft ```json {}``` " + good).scores == dict(
         zip(DIMS, [1, 2, 3, 4, 5], strict=True)
     )
     for text, message in [
-        ("no block", "no <final_evaluation>"),
-        ("<final_evaluation>{}</final_evaluation>", "no fenced"),
-        ("<final_evaluation>```json\n{oops}\n```</final_evaluation>", "invalid"),
-        (judge_answer([1, 2, 3, 4, 6]), "'quality' must be an integer 1-5, got 6"),
+        ("no block", "no JSON object"),
+        ("<final_evaluation>nothing here</final_evaluation>", "no JSON object"),
+        ('<final_evaluation>```json\n["format", 3]\n```</final_evaluation>', "no JSON object"),
         ('<final_evaluation>```json\n{"format": 3}\n```</final_evaluation>', "'factuality'"),
+        (judge_answer([1, 2, 3, 4, "great"]), "'quality' is not a number"),
     ]:
         with pytest.raises(JudgementError, match=message):
             parse_judgement(text)

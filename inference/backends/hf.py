@@ -136,7 +136,7 @@ class HFBackend:
                     prompts,
                     max_new_tokens=params.max_tokens,
                     temperature=params.temperature,
-                    top_p=params.top_p,
+                    top_p=1.0 if params.top_p is None else params.top_p,
                     seed=params.seed,
                     on_token=on_token,
                 )

@@ -154,9 +154,10 @@ class OpenAIBackend:
             "model": self.model,
             "messages": messages,
             "temperature": params.temperature,
-            "top_p": params.top_p,
             "max_tokens": params.max_tokens,
         }
+        if params.top_p is not None:
+            body["top_p"] = params.top_p
         if n != 1:
             body["n"] = n
         if seed is not None:
@@ -202,6 +203,8 @@ class OpenAIBackend:
                 tokens_out=shares[i],
                 decode_s=elapsed,
                 finish_reason=_FINISH.get(c.finish_reason or "stop", "stop"),
+                reasoning=_reasoning_of(c.message),
+                answer=c.message.content or "",
             )
             for i, c in enumerate(choices)
         ]
@@ -255,6 +258,8 @@ class OpenAIBackend:
                 prefill_s=first_at - start,
                 decode_s=end - first_at,
                 finish_reason=finish,
+                reasoning="".join(thinking),
+                answer="".join(text),
             )
 
         return self._with_retries(run, "POST /chat/completions (stream)")

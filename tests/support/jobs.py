@@ -83,6 +83,20 @@ def read_awb_rows(name: str) -> list[dict]:
     return [json.loads(line) for line in (AWB_DIR / name).read_text().splitlines() if line]
 
 
+def judge_command(predictions: Path, out: Path, base_url: str, model: str) -> tuple[str, str]:
+    """`agentworldbench judge` over `predictions`; its stdout and stderr."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    stdout, stderr = StringIO(), StringIO()
+    call_command(
+        "agentworldbench", "judge", "--predictions", str(predictions), "--out", str(out),
+        "--base-url", base_url, "--model", model, stdout=stdout, stderr=stderr, verbosity=0,
+    )  # fmt: skip
+    return stdout.getvalue(), stderr.getvalue()
+
+
 def drain_jobs(timeout: float = 60.0) -> None:
     """Cancel the jobs still queued and wait until none runs (or its worker is gone)."""
     from datetime import timedelta

@@ -1,5 +1,6 @@
 """AgentWorldBench from the command line: infer (world-model predictions), judge (LLM judge)
-and score (normalised figures per domain and overall)."""
+and score (normalised figures per domain and overall). Files, fields and defaults are the
+reference pipeline's (QwenLM/Qwen-AgentWorld eval/eval.py), so either side reads the other's."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ class Command(BaseCommand):
     help = "Run world-model inference, judging and scoring over AgentWorldBench files."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True, metavar="{infer,judge,score}")
+        sub = parser.add_subparsers(dest="action", required=True, metavar="{infer,judge,score,run}")
         infer = sub.add_parser("infer", help="predict the observation of every row")
         infer.add_argument("--data", required=True, help="a *_test.jsonl file or a directory")
         infer.add_argument("--out", required=True, help="output JSONL (resumed if it exists)")
@@ -30,9 +31,10 @@ class Command(BaseCommand):
         infer.add_argument("--base-url", default="", help="OpenAI-compatible server (openai)")
         infer.add_argument("--model", default="", help="served model name (openai) or path (hf)")
         infer.add_argument("--api-key", default="")
-        infer.add_argument("--max-tokens", type=int, default=4096)
-        infer.add_argument("--temperature", type=float, default=0.0)
-        infer.add_argument("--top-p", type=float, default=1.0)
+        # the reference's sampling, so figures compare with the published table
+        infer.add_argument("--max-tokens", type=int, default=32768)
+        infer.add_argument("--temperature", type=float, default=0.6)
+        infer.add_argument("--top-p", type=float, default=None, help="not sent unless given")
         infer.add_argument("--seed", type=int, default=None)
         infer.add_argument("--concurrency", type=int, default=8)
         judge = sub.add_parser("judge", help="score predictions with an LLM judge")
@@ -44,10 +46,45 @@ class Command(BaseCommand):
         judge.add_argument("--model", default="")
         judge.add_argument("--api-key", default="EMPTY")
         judge.add_argument("--attempts", type=int, default=3)
+        judge.add_argument("--max-tokens", type=int, default=32768)
+        judge.add_argument("--temperature", type=float, default=0.6)
+        judge.add_argument(
+            "--history-chars",
+            type=int,
+            default=None,
+            help="send only the last N characters of the history (default: all of it)",
+        )
         judge.add_argument("--concurrency", type=int, default=8)
         score = sub.add_parser("score", help="normalised scores of judged predictions")
         score.add_argument("--predictions", required=True, help="the judge's output JSONL")
         score.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        run = sub.add_parser(
+            "run",
+            help="infer, judge and score in one go (files named as the reference's: "
+            "OUT_DIR/predictions.jsonl, OUT_DIR/judged.jsonl; a rerun resumes)",
+        )
+        run.add_argument("--data", required=True, help="a *_test.jsonl file or a directory")
+        run.add_argument("--out-dir", required=True)
+        run.add_argument("--project", default="", help="the project of --endpoint/--judge-endpoint")
+        run.add_argument("--endpoint", default="", help="the world model, an endpoint by name")
+        run.add_argument("--backend", choices=list(BACKENDS), default="openai")
+        run.add_argument("--base-url", default="", help="the world model's server")
+        run.add_argument("--model", default="", help="the world model's name (or path, hf)")
+        run.add_argument("--api-key", default="")
+        run.add_argument("--judge-endpoint", default="", help="the judge, an endpoint by name")
+        run.add_argument("--judge-base-url", default="")
+        run.add_argument("--judge-model", default="")
+        run.add_argument("--judge-api-key", default="EMPTY")
+        run.add_argument("--max-tokens", type=int, default=32768, help="the world model's")
+        run.add_argument("--temperature", type=float, default=0.6, help="the world model's")
+        run.add_argument("--top-p", type=float, default=None, help="not sent unless given")
+        run.add_argument("--seed", type=int, default=None)
+        run.add_argument("--judge-max-tokens", type=int, default=32768)
+        run.add_argument("--judge-temperature", type=float, default=0.6)
+        run.add_argument("--history-chars", type=int, default=None)
+        run.add_argument("--attempts", type=int, default=3, help="judge attempts per row")
+        run.add_argument("--concurrency", type=int, default=8, help="requests at once, per stage")
+        run.add_argument("--json", action="store_true", help="print the figures as JSON")
 
     def handle(self, *args, **options):
         from inference.awb_runner import BenchDataError
@@ -129,17 +166,17 @@ class Command(BaseCommand):
         from inference.judge import Judge, run_judge
         from inference.scoring import read_judged
 
-        self.check_positive(options, "attempts", "concurrency")
+        self.check_positive(options, "attempts", "concurrency", "max_tokens", "history_chars")
         self.use_endpoint(options, "judge")
         if not options["base_url"] or not options["model"]:
             raise CommandError("judge needs --endpoint NAME --project P, or --base-url and --model")
         raw_rows = read_judged(options["predictions"])
         rows = []
         for i, row in enumerate(raw_rows, 1):
-            if "predicted_observation" not in row:
+            if "predicted_observation" not in row and "gen" not in row:
                 raise CommandError(
-                    f"{options['predictions']}:{i}: field 'predicted_observation' is missing "
-                    "(run `agentworldbench infer` first)"
+                    f"{options['predictions']}:{i}: neither 'gen' nor 'predicted_observation' "
+                    "(run `agentworldbench infer`, or the reference's infer, first)"
                 )
             rows.append(row)
         judge = Judge(
@@ -147,6 +184,9 @@ class Command(BaseCommand):
             model=options["model"],
             api_key=options["api_key"],
             attempts=options["attempts"],
+            max_tokens=options["max_tokens"],
+            temperature=options["temperature"],
+            history_chars=options["history_chars"],
         )
         stats = run_judge(
             rows,
@@ -155,10 +195,21 @@ class Command(BaseCommand):
             concurrency=options["concurrency"],
             show_progress=options["verbosity"] > 0,
         )
-        failed = count_failed_judgements(options["out"])
-        self.report(stats, "judged")
+        judged = read_judged(options["out"])
+        failed = sum(1 for r in judged if r.get("failed") == 1.0)
+        self.stdout.write(
+            f"judged {stats.written} rows, skipped {stats.skipped} already done, "
+            f"{stats.failed} failed (of {stats.total})"
+        )
         if failed:
-            self.stderr.write(f"{failed} judgement(s) failed after retries (marked failed)")
+            self.stderr.write(
+                f"{failed} row(s) marked failed (no generation, or no judgement after "
+                f"{options['attempts']} attempts); scores leave them out"
+            )
+            for line in stats.errors[:10]:
+                self.stderr.write(f"  {line}")
+        if judged and failed == len(judged):
+            raise CommandError(f"every one of the {failed} row(s) failed: nothing was judged")
 
     def do_score(self, options) -> None:
         from inference.scoring import format_table, read_judged, score_rows
@@ -173,6 +224,42 @@ class Command(BaseCommand):
         else:
             self.stdout.write(format_table(result))
 
+    def do_run(self, options) -> None:
+        """The three stages with one set of options; a stage's failed rows do not stop the
+        next (they are marked failed and left out of the figures)."""
+        from pathlib import Path
+
+        out = Path(options["out_dir"])
+        out.mkdir(parents=True, exist_ok=True)
+        predictions, judged = out / "predictions.jsonl", out / "judged.jsonl"
+        common = {"project": options["project"], "verbosity": options["verbosity"]}
+        common["concurrency"] = options["concurrency"]
+        infer = {
+            **common, "data": options["data"], "out": str(predictions),
+            "endpoint": options["endpoint"], "backend": options["backend"],
+            "base_url": options["base_url"], "model": options["model"],
+            "api_key": options["api_key"], "max_tokens": options["max_tokens"],
+            "temperature": options["temperature"], "top_p": options["top_p"],
+            "seed": options["seed"],
+        }  # fmt: skip
+        try:
+            self.do_infer(infer)
+        except CommandError as exc:
+            if not predictions.exists():
+                raise
+            self.stderr.write(f"infer: {exc} (going on: failed rows are left out)")
+        self.do_judge(
+            {
+                **common, "predictions": str(predictions), "out": str(judged),
+                "endpoint": options["judge_endpoint"], "base_url": options["judge_base_url"],
+                "model": options["judge_model"], "api_key": options["judge_api_key"],
+                "attempts": options["attempts"], "max_tokens": options["judge_max_tokens"],
+                "temperature": options["judge_temperature"],
+                "history_chars": options["history_chars"],
+            }
+        )  # fmt: skip
+        self.do_score({"predictions": str(judged), "json": options["json"]})
+
     def report(self, stats, verb: str) -> None:
         self.stdout.write(
             f"{verb} {stats.written} rows, skipped {stats.skipped} already done, "
@@ -184,9 +271,3 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{stats.failed} row(s) failed; run the same command again to retry them"
             )
-
-
-def count_failed_judgements(path: str) -> int:
-    from inference.scoring import read_judged
-
-    return sum(1 for r in read_judged(path) if (r.get("judge") or {}).get("status") == "failed")
