@@ -286,7 +286,7 @@ class LeaveOneOutRetrieval:
     name = "retrieval"
     is_neural = False
 
-    def __init__(self, rows: list[dict]):
+    def __init__(self, rows: list[dict], keep: int | None = None):
         from inference.backends.retrieval import MODEL_NAME, query_of
 
         self.model = MODEL_NAME
@@ -309,6 +309,9 @@ class LeaveOneOutRetrieval:
                 self._entries.append((tid, domain_of(row), action, observation))
         self._cache: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
+        # indexes kept at once (one per trajectory): rows that come in trajectory order need
+        # few, and each holds almost the whole benchmark
+        self.keep = keep
 
     def for_row(self, row: dict):
         from inference.backends.retrieval import RetrievalBackend
@@ -319,6 +322,8 @@ class LeaveOneOutRetrieval:
             if tid not in self._cache:
                 others = [(d, a, o) for t, d, a, o in self._entries if t != tid]
                 same_domain = [e for e in others if e[0] == domain]
+                if self.keep is not None and len(self._cache) >= self.keep:
+                    self._cache.pop(next(iter(self._cache)))
                 # a domain with a single trajectory borrows from the other domains
                 self._cache[tid] = RetrievalBackend(same_domain or others)
             return self._cache[tid]

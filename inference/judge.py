@@ -249,6 +249,7 @@ class Judge:
         messages = build_judge_messages(row, history_chars=self.history_chars)
         errors: list[str] = []
         raw = ""
+        tokens = [0, 0]  # what the judge read and wrote, over every attempt
         for attempt in range(self.attempts):
             try:
                 response = self.client.chat.completions.create(
@@ -258,14 +259,22 @@ class Judge:
                     max_tokens=self.max_tokens,
                 )
                 raw = response.choices[0].message.content or ""
+                usage = getattr(response, "usage", None)
+                if usage is not None:
+                    tokens[0] += usage.prompt_tokens or 0
+                    tokens[1] += usage.completion_tokens or 0
                 judgement = parse_judgement(raw)
             except Exception as exc:  # noqa: BLE001 - API or parse failure: retry
                 errors.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
                 if attempt + 1 < self.attempts:
                     time.sleep(self.backoff_s * (2**attempt))
                 continue
-            return judged_row(row, judgement, prediction, raw, attempt + 1)
-        return failed_row(row, "Judge scoring failed", errors, raw, self.attempts, prediction)
+            judged = judged_row(row, judgement, prediction, raw, attempt + 1)
+            judged["judge"].update(tokens_in=tokens[0], tokens_out=tokens[1])
+            return judged
+        failed = failed_row(row, "Judge scoring failed", errors, raw, self.attempts, prediction)
+        failed["judge"].update(tokens_in=tokens[0], tokens_out=tokens[1])
+        return failed
 
 
 def judged_row(row: dict, judgement: Judgement, prediction: str, raw: str, attempts: int) -> dict:

@@ -15,14 +15,18 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from typing import TYPE_CHECKING, Any
 
 from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from studio.models import ImportJob, JobStatus, SimulationJob
+from studio.models import EvaluationRun, ImportJob, JobStatus, SimulationJob
 from studio.queues import queue_name
+
+if TYPE_CHECKING:
+    from studio.jobs.runtime import JobModel
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,7 @@ JOB_TASK_OPTIONS = {
 SIMULATION_TASK = "studio.run_simulation_job"
 EPISODE_STEP_TASK = "studio.run_episode_step"
 IMPORT_TASK = "studio.run_import_job"
+EVALUATION_TASK = "studio.run_evaluation"
 PROBE_TASK = "studio.probe_endpoint"
 
 
@@ -85,6 +90,18 @@ def run_import_job(self, job_id: int) -> None:
         release_memory()
 
 
+@shared_task(name=EVALUATION_TASK, **JOB_TASK_OPTIONS)
+def run_evaluation(self, run_id: int) -> None:
+    from studio.jobs.evaluations import run_evaluation as body
+    from studio.jobs.runtime import drop_failed_connection
+
+    drop_failed_connection()
+    try:
+        body(run_id, self.request.id or "")
+    finally:
+        release_memory()
+
+
 @shared_task(name=PROBE_TASK, ignore_result=True, soft_time_limit=600, time_limit=660)
 def probe_endpoint(endpoint_id: int) -> None:
     from studio.jobs.endpoint_probe import probe_in_process_endpoint
@@ -114,7 +131,7 @@ def release_memory() -> None:
 # ---- enqueueing ---------------------------------------------------------------------------
 
 
-def _send(model: type[ImportJob] | type[SimulationJob], pk: int, previous: str | None) -> bool:
+def _send(model: JobModel, pk: int, previous: str | None) -> bool:
     """Record a new message id on the row, then send the message. `previous`: only if the
     row still names that message (another sweeper may have re-sent it meanwhile)."""
     message_id = uuid.uuid4().hex
@@ -123,9 +140,15 @@ def _send(model: type[ImportJob] | type[SimulationJob], pk: int, previous: str |
         rows = rows.filter(message_id=previous)
     if not rows.update(message_id=message_id, dispatched_at=timezone.now()):
         return False
+    task: Any
     if model is SimulationJob:
         queue, appends = SimulationJob.objects.values_list("queue", "appends").get(pk=pk)
         task = run_episode_step if appends else run_simulation_job
+    elif model is EvaluationRun:
+        task, queue = (
+            run_evaluation,
+            EvaluationRun.objects.values_list("queue", flat=True).get(pk=pk),
+        )
     else:
         task, queue = run_import_job, queue_name("default")
     try:
@@ -155,6 +178,10 @@ def _publish_episode_step(pk: int, queue: str, message_id: str) -> None:
         log.exception("could not send the message of episode step %s", pk)
 
 
+def enqueue_evaluation(run: EvaluationRun) -> None:
+    transaction.on_commit(lambda: _send(EvaluationRun, run.pk, None))
+
+
 def enqueue_import(job: ImportJob) -> None:
     transaction.on_commit(lambda: _send(ImportJob, job.pk, None))
 
@@ -166,6 +193,6 @@ def enqueue_endpoint_probe(endpoint_id: int) -> None:
     )
 
 
-def redispatch(model: type[ImportJob] | type[SimulationJob], pk: int, previous: str) -> bool:
+def redispatch(model: JobModel, pk: int, previous: str) -> bool:
     """Send a queued job's message again (the sweeper found the old one lost)."""
     return _send(model, pk, previous)

@@ -26,4 +26,5 @@ urlpatterns = [
     path("", include("studio.views.playground")),
     path("", include("studio.views.gallery")),
     path("", include("studio.views.tokens")),
+    path("", include("studio.views.evaluations")),
 ]

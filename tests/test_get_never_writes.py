@@ -36,7 +36,24 @@ def test_every_page_of_a_project_only_reads(researcher_client, project, settings
     world = save_world(
         project, parse_world({"name": "W", "domain": "terminal", "files": {"/a": "b"}})
     ).world
+    from studio.models import EvaluationRun, EvaluationSample
+
+    run = EvaluationRun.objects.create(
+        project=project, name="E", world_kind="retrieval", judge_model="j",
+        judge_base_url="http://127.0.0.1:9/v1", status=JobStatus.RUNNING,
+    )  # fmt: skip
+    EvaluationRun.objects.filter(pk=run.pk).update(heartbeat_at=long_ago)  # a dead worker
+    sample = EvaluationSample.objects.create(
+        run=run, domain="terminal", trajectory=traj, step_index=1, key=f"{traj.pk}:1"
+    )
     urls = [
+        reverse("evaluation_list", args=[project.pk]),
+        reverse("evaluation_new", args=[project.pk]),
+        reverse("evaluation_run", args=[run.pk]),
+        reverse("evaluation_samples", args=[run.pk]),
+        reverse("evaluation_sample", args=[sample.pk]),
+        reverse("leaderboard", args=[project.pk]),
+        reverse("leaderboard", args=[project.pk]) + "?format=csv",
         reverse("project_list"),
         reverse("library", args=[project.pk]),
         reverse("project_members", args=[project.pk]),
@@ -76,3 +93,5 @@ def test_every_page_of_a_project_only_reads(researcher_client, project, settings
     job.refresh_from_db()
     imp.refresh_from_db()
     assert job.status == imp.status == JobStatus.RUNNING  # shown as silent, not settled
+    run.refresh_from_db()
+    assert run.status == JobStatus.RUNNING

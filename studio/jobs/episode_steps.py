@@ -45,9 +45,9 @@ from studio.jobs.simulation import (
     history_stream,
     make_backend_for,
     storable,
-    system_prompt_for,
 )
 from studio.models import Branch, JobStatus, SimulationJob, Step, Trajectory
+from studio.services.simulation import system_prompt_for
 
 log = logging.getLogger(__name__)
 

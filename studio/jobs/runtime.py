@@ -35,10 +35,16 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from studio.models import Branch, ImportJob, JobStatus, SimulationJob
+from studio.models import Branch, EvaluationRun, ImportJob, JobStatus, SimulationJob
 from studio.models.trajectories import BranchStatus
 
-JobModel = type[ImportJob] | type[SimulationJob]
+JobModel = type[ImportJob] | type[SimulationJob] | type[EvaluationRun]
+
+
+def cancellable(model: JobModel) -> bool:
+    """Jobs a user can stop while they run (they have cancel_requested and a phase)."""
+    return model is SimulationJob or model is EvaluationRun
+
 
 log = logging.getLogger(__name__)
 
@@ -151,11 +157,18 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
     age = (now - beat).total_seconds()
     status, branch_status = JobStatus.FAILED, BranchStatus.FAILED
     message = WORKER_LOST_MESSAGE.format(age=age)
+    if model is EvaluationRun:  # its button is Resume, and it keeps what it finished
+        message = message.replace("use Retry.", "use Resume (its finished samples are kept).")
     if reached_hard_limit(row):
         message = HARD_LIMIT_MESSAGE.format(limit=settings.STUDIO_JOB_HARD_LIMIT_S)
+        if model is EvaluationRun:
+            message = (
+                f"Stopped at the time limit ({settings.STUDIO_JOB_HARD_LIMIT_S} s, "
+                "STUDIO_JOB_HARD_LIMIT_S); its finished samples are kept: use Resume."
+            )
     extra: dict[str, Any] = {}
-    if model is SimulationJob:
-        extra = {"phase": "failed", "live": {}}
+    if cancellable(model):
+        extra = {"phase": "failed", **({"live": {}} if model is SimulationJob else {})}
         if row.cancel_requested:
             status, branch_status = JobStatus.CANCELLED, BranchStatus.CANCELLED
             message = CANCELLED_LOST_MESSAGE.format(age=age)
@@ -323,11 +336,10 @@ class JobMonitor:
             if fields or now - self._last_beat >= heartbeat_interval_s():
                 self._last_beat = now
                 rows.update(heartbeat_at=timezone.now(), **fields)
-            if self.model is SimulationJob:
+            if cancellable(self.model):
+                model: Any = self.model  # one with cancel_requested and a phase
                 state = (
-                    SimulationJob.objects.filter(pk=self.pk)
-                    .values("cancel_requested", "status")
-                    .first()
+                    model.objects.filter(pk=self.pk).values("cancel_requested", "status").first()
                 )
                 cancel = bool(
                     state is None
@@ -336,12 +348,14 @@ class JobMonitor:
                 )
                 if cancel and not self.cancel_requested:
                     # the page can say the worker is stopping, not only that it was asked to
-                    SimulationJob.objects.filter(pk=self.pk, status=JobStatus.RUNNING).update(
+                    model.objects.filter(pk=self.pk, status=JobStatus.RUNNING).update(
                         phase="cancelling"
                     )
                     with self._lock:
                         self._job_fields.pop("phase", None)
-                self.cancel_requested = cancel
+                # one way: a job seen stopped (cancelled, or swept as lost and perhaps
+                # claimed again by another worker) never goes back to running here
+                self.cancel_requested = self.cancel_requested or cancel
         except Exception:  # a flaky DB must not kill the job; the next tick retries
             log.exception("progress write for %s %s failed", self.model.__name__, self.pk)
             with self._lock:  # write these fields again next tick

@@ -33,6 +33,7 @@ from studio.jobs.runtime import JobMonitor, claim, finish
 from studio.models import Branch, JobStatus, Provenance, SimulationJob, Step, Trajectory
 from studio.models.trajectories import BranchStatus
 from studio.services.endpoints import EndpointError
+from studio.services.simulation import system_prompt_for
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +62,6 @@ def _storable_json(value: Any) -> Any:
 
 
 # ---- from rows to the runner's inputs -----------------------------------------------------
-
-
-def system_prompt_for(trajectory: Trajectory) -> str:
-    """The stored system prompt (AgentWorldBench's `system_str`, kept verbatim), else the
-    template for the domain and the trajectory's tools."""
-    if trajectory.system_prompt:
-        return trajectory.system_prompt
-    from inference.prompts import build_system_prompt
-
-    return build_system_prompt(trajectory.domain, trajectory.tools or None)
 
 
 def history_stream(branch: Branch, fork_index: int) -> Iterator[Turn]:

@@ -1,4 +1,5 @@
 from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
+from studio.models.evaluations import EvaluationRun, EvaluationSample, SampleStage
 from studio.models.jobs import ImportJob, JobStatus, SimulationJob
 from studio.models.perturbations import Perturbation
 from studio.models.projects import Membership, Project, Role
@@ -24,6 +25,8 @@ __all__ = [
     "Domain",
     "EndpointKind",
     "EndpointRole",
+    "EvaluationRun",
+    "EvaluationSample",
     "ImportJob",
     "JobStatus",
     "Membership",
@@ -33,6 +36,7 @@ __all__ = [
     "Project",
     "Provenance",
     "Role",
+    "SampleStage",
     "SimulationJob",
     "Step",
     "Tag",

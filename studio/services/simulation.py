@@ -23,6 +23,7 @@ from studio.models import (
     JobStatus,
     ModelEndpoint,
     SimulationJob,
+    Trajectory,
     WorldVersion,
 )
 from studio.models.trajectories import BranchStatus
@@ -61,6 +62,16 @@ def build_request(branch: Branch, data: Mapping[str, Any]) -> SimulationRequest:
         fork=fork_facts(branch, data.get("fork_index")),
         defaults=simulation_defaults(branch.trajectory.project),
     )
+
+
+def system_prompt_for(trajectory: Trajectory) -> str:
+    """The stored system prompt (AgentWorldBench's `system_str`, kept verbatim), else the
+    template for the domain and the trajectory's tools."""
+    if trajectory.system_prompt:
+        return trajectory.system_prompt
+    from inference.prompts import build_system_prompt
+
+    return build_system_prompt(trajectory.domain, trajectory.tools or None)
 
 
 def start_simulation(

@@ -1,0 +1,74 @@
+"""The form that makes an evaluation run; `data()` is the validated
+`studio.services.evaluations.EvaluationData`."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django import forms
+
+from studio.models import DOMAINS, EndpointRole, ModelEndpoint, Project
+from studio.services.evaluations import MAX_SAMPLES_PER_DOMAIN, SOURCES, EvaluationData
+
+
+class EvaluationForm(forms.Form):
+    name = forms.CharField(max_length=200, help_text="How the leaderboard names this run")
+    world = forms.ModelChoiceField(
+        queryset=ModelEndpoint.objects.none(), label="World model", empty_label=None
+    )
+    judge = forms.ModelChoiceField(
+        queryset=ModelEndpoint.objects.none(), label="Judge model", empty_label=None
+    )
+    source = forms.ChoiceField(choices=list(SOURCES.items()), initial="recorded")
+    domains = forms.MultipleChoiceField(
+        choices=[(d, d) for d in DOMAINS],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every domain",
+    )
+    limit_per_domain = forms.IntegerField(
+        min_value=1, max_value=MAX_SAMPLES_PER_DOMAIN, initial=50, label="Samples per domain"
+    )
+    temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.6)
+    max_tokens = forms.IntegerField(min_value=1, max_value=262144, initial=32768)
+    top_p = forms.FloatField(
+        min_value=0.0, max_value=1.0, required=False, help_text="Blank: not sent"
+    )
+    judge_temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.6)
+    judge_max_tokens = forms.IntegerField(min_value=1, max_value=262144, initial=32768)
+    concurrency = forms.IntegerField(
+        min_value=1, max_value=64, initial=8, help_text="Requests at once, to each model"
+    )
+
+    def __init__(self, *args: Any, project: Project, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.project = project
+        endpoints = ModelEndpoint.objects.filter(project=project).order_by("-is_default", "name")
+        world_field = cast(forms.ModelChoiceField, self.fields["world"])
+        world_field.queryset = endpoints.filter(role=EndpointRole.WORLD)
+        judge_field = cast(forms.ModelChoiceField, self.fields["judge"])
+        judge_field.queryset = endpoints.filter(role=EndpointRole.JUDGE, kind="openai")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        world = cleaned.get("world")
+        if world is not None and world.kind == "openai" and not world.model:
+            self.add_error("world", f"endpoint {world.name!r} names no model")
+        return cleaned
+
+    def data_object(self) -> EvaluationData:
+        c = self.cleaned_data
+        return EvaluationData(
+            name=c["name"].strip(),
+            world=c["world"],
+            judge=c["judge"],
+            source=c["source"],
+            domains=list(c["domains"]),
+            limit_per_domain=c["limit_per_domain"],
+            temperature=c["temperature"],
+            max_tokens=c["max_tokens"],
+            top_p=c["top_p"],
+            judge_temperature=c["judge_temperature"],
+            judge_max_tokens=c["judge_max_tokens"],
+            concurrency=c["concurrency"],
+        )

@@ -1,0 +1,332 @@
+"""World-model evaluations, web side: make a run (the caller enqueues it), cancel, resume;
+which recorded steps become samples; the AgentWorldBench row of a sample, rebuilt from its
+trajectory; the figures of a run and the leaderboard of a project. The worker side is
+`studio.jobs.evaluations`; the figures are computed by `inference.scoring`, as the reference
+pipeline computes them."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, F
+from django.db.models.fields.json import KT
+from django.utils import timezone
+
+from inference.judge import DIMENSIONS
+from inference.scoring import score_rows
+from inference.types import Turn
+from studio.models import (
+    DOMAINS,
+    EvaluationRun,
+    EvaluationSample,
+    JobStatus,
+    ModelEndpoint,
+    Project,
+    Provenance,
+    SampleStage,
+    Step,
+    Trajectory,
+)
+from studio.queues import queue_name
+
+SOURCES = {
+    "recorded": "Every recorded trajectory of the project",
+    "benchmark": "Only trajectories imported from AgentWorldBench files",
+}
+MAX_SAMPLES_PER_DOMAIN = 5000
+
+
+@dataclass(frozen=True)
+class EvaluationData:
+    """A validated request for a run (`studio.forms.evaluations.EvaluationForm` makes it)."""
+
+    name: str
+    world: ModelEndpoint
+    judge: ModelEndpoint
+    source: str = "recorded"
+    domains: list[str] = field(default_factory=list)  # empty: all
+    limit_per_domain: int = 50
+    temperature: float = 0.6
+    max_tokens: int = 32768
+    top_p: float | None = None
+    judge_temperature: float = 0.6
+    judge_max_tokens: int = 32768
+    concurrency: int = 8
+
+
+def start_evaluation(project: Project, user, data: EvaluationData) -> EvaluationRun:
+    return EvaluationRun.objects.create(
+        project=project,
+        requester=user,
+        name=data.name,
+        world_endpoint=data.world,
+        world_kind=data.world.kind,
+        world_model=data.world.model,
+        world_base_url=data.world.base_url,
+        judge_endpoint=data.judge,
+        judge_model=data.judge.model,
+        judge_base_url=data.judge.base_url,
+        params={
+            "temperature": data.temperature,
+            "max_tokens": data.max_tokens,
+            **({"top_p": data.top_p} if data.top_p is not None else {}),
+            "judge_temperature": data.judge_temperature,
+            "judge_max_tokens": data.judge_max_tokens,
+        },
+        source=data.source,
+        domains=list(data.domains),
+        limit_per_domain=data.limit_per_domain,
+        concurrency=data.concurrency,
+        # an in-process model runs on a gpu worker; served ones and the baseline anywhere
+        queue=queue_name("gpu" if data.world.kind == "hf" else "default"),
+    )
+
+
+def cancel_evaluation(run: EvaluationRun) -> None:
+    """A queued run ends at once; a running one stops after the requests in flight (its
+    finished samples are kept)."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not EvaluationRun.objects.filter(pk=run.pk, status=JobStatus.QUEUED).update(
+            status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now, phase="cancelled"
+        ):
+            EvaluationRun.objects.filter(pk=run.pk, status=JobStatus.RUNNING).update(
+                cancel_requested=True
+            )
+
+
+def resume_evaluation(run: EvaluationRun) -> bool:
+    """A run that stopped (failed, cancelled, its worker lost) goes on with the samples not
+    done yet, and tries the failed ones again (a model fixed meanwhile); the finished ones
+    are kept. The caller enqueues it."""
+    with transaction.atomic():
+        resumed = EvaluationRun.objects.filter(
+            pk=run.pk, status__in=[JobStatus.FAILED, JobStatus.CANCELLED]
+        ).update(
+            status=JobStatus.QUEUED,
+            error="",
+            finished_at=None,
+            cancel_requested=False,
+            phase="queued",
+            message_id="",
+        )
+        if resumed:
+            run.samples.filter(stage=SampleStage.INFER_FAILED).update(
+                stage=SampleStage.PENDING, error=""
+            )
+            run.samples.filter(stage=SampleStage.JUDGE_FAILED).exclude(gen="").update(
+                stage=SampleStage.PREDICTED, error="", judgement={}, total_score=None
+            )
+    return bool(resumed)
+
+
+# ---- samples --------------------------------------------------------------------------------
+
+
+def candidate_steps(run: EvaluationRun) -> list[tuple[int, int, str]]:
+    """(trajectory id, step index, domain) of the recorded steps a run may sample: on each
+    trajectory's recorded branch, with a recorded observation."""
+    trajectories = Trajectory.objects.filter(project_id=run.project_id)
+    if run.source == "benchmark":
+        trajectories = trajectories.filter(source_format="agentworldbench")
+    if run.domains:
+        trajectories = trajectories.filter(domain__in=run.domains)
+    return list(
+        Step.objects.filter(
+            branch__trajectory__in=trajectories,
+            branch__parent__isnull=True,
+            provenance=Provenance.RECORDED,
+        )
+        .exclude(observation="")
+        .order_by("branch__trajectory_id", "index")
+        .values_list("branch__trajectory_id", "index", "branch__trajectory__domain")
+    )
+
+
+def choose_samples(run: EvaluationRun) -> list[EvaluationSample]:
+    """At most `limit_per_domain` steps of each domain, drawn with the run's own seed (its
+    id) so that a run is reproducible and spread over the trajectories."""
+    by_domain: dict[str, list[tuple[int, int]]] = {}
+    for trajectory_id, index, domain in candidate_steps(run):
+        by_domain.setdefault(domain, []).append((trajectory_id, index))
+    chosen: list[EvaluationSample] = []
+    for domain, steps in sorted(by_domain.items()):
+        picked = steps
+        if len(steps) > run.limit_per_domain:
+            picked = sorted(random.Random(f"{run.pk}-{domain}").sample(steps, run.limit_per_domain))
+        chosen += [
+            EvaluationSample(run=run, domain=domain, trajectory_id=t, step_index=i, key=f"{t}:{i}")
+            for t, i in picked
+        ]
+    return chosen
+
+
+def rows_of(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """The AgentWorldBench row of every step of the trajectory's recorded branch, as the
+    reference pipeline reads rows: `prompt` and `response` hold every turn (imported
+    AgentWorldBench turns verbatim, others in the studio's turn format), `turn_idx` is the
+    step's turn, `system_str` the world-model system prompt."""
+    from inference.prompts import format_observation, format_turn_prompt
+    from studio.services.simulation import system_prompt_for
+
+    steps = list(
+        trajectory.root_branch.all_steps().only(
+            "index", "action", "observation", "state", "raw_prompt", "meta"
+        )
+    )
+    task = trajectory.task_instruction or ""
+    prompts, responses = [], []
+    for number, step in enumerate(steps, 1):
+        turn = Turn(
+            action=step.action,
+            observation=step.observation,
+            state=step.state,
+            raw_prompt=step.raw_prompt,
+            raw_response=(step.meta or {}).get("raw_response", "") or "",
+        )
+        prompts.append(format_turn_prompt(number, turn, task))
+        responses.append(format_observation(turn, number))
+    base = {
+        "task": trajectory.domain,
+        "id": str(trajectory.pk),
+        "system_str": system_prompt_for(trajectory),
+        "prompt": prompts,
+        "response": responses,
+        "total_turns": len(steps),
+    }
+    return [
+        {**base, "turn_idx": position + 1, "step_index": step.index}
+        for position, step in enumerate(steps)
+    ]
+
+
+def row_of(sample: EvaluationSample) -> dict[str, Any] | None:
+    """One sample's row (None when its trajectory was deleted)."""
+    if sample.trajectory is None:
+        return None
+    for row in rows_of(sample.trajectory):
+        if row["step_index"] == sample.step_index:
+            return row
+    return None
+
+
+# ---- figures ----------------------------------------------------------------------------------
+
+
+SCORE_KEYS = (*DIMENSIONS, "total_score", "failed")
+
+
+def judged_rows(run: EvaluationRun) -> Iterator[dict[str, Any]]:
+    """The run's finished samples as judged rows (the reference's fields), for the scoring:
+    a sample not done yet (waiting, or predicted and waiting for the judge) is left out, not
+    counted as failed. Only the score keys are read (not the judge's whole answer)."""
+    lookups = {f"j_{k}": KT(f"judgement__{k}") for k in SCORE_KEYS}
+    finished = run.samples.exclude(stage__in=[SampleStage.PENDING, SampleStage.PREDICTED])
+    for values in finished.values("domain", "stage", **lookups).iterator():
+        found: dict[str, Any] = dict(values)
+        row: dict[str, Any] = {"task": found["domain"]}
+        for key in SCORE_KEYS:
+            value = found[f"j_{key}"]
+            if value is not None:
+                row[key] = _number(value)
+        if found["stage"] != SampleStage.JUDGED:
+            row["failed"] = 1.0
+        yield row
+
+
+def _number(value: Any) -> Any:
+    """A JSON number read through a key lookup (it may come back as text)."""
+    if isinstance(value, str):
+        try:
+            return float(value) if "." in value else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def figures(run: EvaluationRun) -> dict[str, Any]:
+    return score_rows(list(judged_rows(run)))
+
+
+def sample_counts(run: EvaluationRun) -> dict[str, int]:
+    counts = dict.fromkeys(SampleStage.values, 0)
+    for row in run.samples.values("stage").annotate(n=Count("pk")):
+        counts[row["stage"]] = row["n"]
+    return counts
+
+
+def samples_for(run: EvaluationRun, domain: str = "", order: str = "score") -> Any:
+    rows = run.samples.select_related("trajectory")
+    if domain:
+        rows = rows.filter(domain=domain)
+    # unscored samples (failed, not done) last either way, on every database
+    if order == "score":  # worst first
+        return rows.order_by(F("total_score").asc(nulls_last=True), "trajectory_id", "step_index")
+    if order == "-score":
+        return rows.order_by(F("total_score").desc(nulls_last=True), "trajectory_id", "step_index")
+    return rows.order_by("trajectory_id", "step_index")
+
+
+def same_sample_in(other: EvaluationRun, sample: EvaluationSample) -> EvaluationSample | None:
+    return other.samples.filter(key=sample.key).first()
+
+
+def runs_with_sample(sample: EvaluationSample) -> Any:
+    """The project's other runs that scored the same step (to set side by side)."""
+    return (
+        EvaluationRun.objects.filter(project_id=sample.run.project_id, samples__key=sample.key)
+        .exclude(pk=sample.run_id)
+        .order_by("-created_at")
+    )
+
+
+@dataclass
+class LeaderRow:
+    label: str
+    run: EvaluationRun | None  # None: published figures
+    cells: dict[str, dict[str, Any]]  # domain (and "overall") -> figures
+    note: str = ""
+
+
+def leaderboard(project: Project) -> list[LeaderRow]:
+    """The project's finished runs (their figures) and the published ones, best overall
+    first; published figures are marked as such."""
+    from studio.services.published import PUBLISHED, PUBLISHED_SOURCE
+
+    rows: list[LeaderRow] = []
+    runs = EvaluationRun.objects.filter(project=project, status=JobStatus.SUCCEEDED).select_related(
+        "world_endpoint"
+    )
+    for run in runs:
+        result = run.results or figures(run)
+        domains = result.get("domains", {})
+        pooled = result.get("overall", {})
+        totals = [domains.get(d, {}).get("total") for d in DOMAINS]
+        # as the published table: the mean of the seven domain figures (a run without every
+        # domain has none); the pooled figure `score` prints is on the run's page
+        mean = round(sum(totals) / len(totals), 2) if all(t is not None for t in totals) else None
+        cells = {**domains, "overall": {**pooled, "total": mean, "pooled": pooled.get("total")}}
+        rows.append(LeaderRow(f"{run.name}", run, cells, f"{run.world_model or run.world_kind}"))
+    for model, published in PUBLISHED.items():
+        cells = {d: {"total": v, "published": True} for d, v in published.items()}
+        rows.append(LeaderRow(model, None, cells, PUBLISHED_SOURCE))
+
+    def overall(row: LeaderRow) -> tuple[float, float]:
+        """By the overall figure; runs without every domain (no overall) after, by their
+        pooled figure."""
+        cell = row.cells.get("overall", {})
+        total, pooled = cell.get("total"), cell.get("pooled")
+        return (
+            -1.0 if total is None else float(total),
+            -1.0 if pooled is None else float(pooled),
+        )
+
+    return sorted(rows, key=overall, reverse=True)
+
+
+LEADER_COLUMNS = [*DOMAINS, "overall"]
+DIMENSION_COLUMNS = list(DIMENSIONS)

@@ -1,0 +1,312 @@
+"""World-model evaluations in the studio: a run made from the form, answered by real workers
+and Redis against the fake OpenAI-compatible server (world model and judge), its figures as
+the reference computes them, the leaderboard with the published figures and its exports, the
+drill-down to a sample and to the same sample of another run, and Resume after a killed
+worker, which loses no finished sample."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+from django.urls import reverse
+
+from studio.models import EvaluationRun, EvaluationSample, JobStatus
+from studio.services.endpoints import EndpointData, save_endpoint
+from tests.support.fake_openai import fake_openai_server
+from tests.support.jobs import TERMINAL_STEPS, make_trajectory
+from tests.support.worker import running_worker, wait_for
+
+DIMS = ("format", "factuality", "consistency", "realism", "quality")
+
+
+def judge_or_world(scores_by_action: dict[str, list[int]]):
+    """One fake server for both models: the judge (its system prompt says so) scores by the
+    action it sees; the world model answers with a prediction."""
+
+    def respond(body, index):
+        system = body["messages"][0]["content"] if body["messages"] else ""
+        if system.startswith("You grade a world model"):
+            user = body["messages"][1]["content"]
+            for action, scores in scores_by_action.items():
+                if action in user.split("## Current turn", 1)[1].split("## Reference", 1)[0]:
+                    block = {"scores": dict(zip(DIMS, scores, strict=True)),
+                             "strengths": [f"shape of {action}"], "weaknesses": ["values"]}  # fmt: skip
+                    return f"<final_evaluation>\n```json\n{json.dumps(block)}\n```\n</final_evaluation>"
+            return "no idea"
+        return "<think>predicting</think><predicted_observation>predicted output</predicted_observation>"
+
+    return respond
+
+
+def endpoints(project, base_url: str) -> tuple:
+    world = save_endpoint(
+        project,
+        EndpointData(name="world-a", role="world", kind="openai", base_url=base_url, model="wm-a"),
+    ).endpoint
+    judge = save_endpoint(
+        project,
+        EndpointData(name="judge", role="judge", kind="openai", base_url=base_url, model="jm"),
+    ).endpoint
+    return world, judge
+
+
+def form(world, judge, name="run A", **extra) -> dict:
+    return {
+        "name": name, "world": world.pk, "judge": judge.pk, "source": "recorded",
+        "limit_per_domain": 50, "temperature": 0.6, "max_tokens": 256, "judge_temperature": 0.6,
+        "judge_max_tokens": 256, "concurrency": 2, **extra,
+    }  # fmt: skip
+
+
+SCORES = {a: [5, 4, 4, 5, 4] for a, _ in TERMINAL_STEPS}
+SCORES[TERMINAL_STEPS[0][0]] = [1, 1, 1, 1, 1]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_an_evaluation_from_the_form_runs_on_a_worker_and_scores_like_the_reference(
+    researcher_client, project, default_worker
+):
+    make_trajectory(project)
+    with fake_openai_server(judge_or_world(SCORES)) as srv:
+        world, judge = endpoints(project, srv.base_url)
+        page = researcher_client.post(
+            reverse("evaluation_new", args=[project.pk]), form(world, judge)
+        )
+        run = EvaluationRun.objects.get()
+        assert page.status_code == 302 and page["Location"] == reverse(
+            "evaluation_run", args=[run.pk]
+        )
+        run = wait_for(
+            lambda: EvaluationRun.objects.filter(pk=run.pk, status="succeeded").first(), timeout=90
+        )
+        world_bodies = [
+            b for b in srv.requests if not b["messages"][0]["content"].startswith("You grade")
+        ]
+    samples = list(EvaluationSample.objects.filter(run=run).order_by("step_index"))
+    assert [s.step_index for s in samples] == list(
+        range(len(TERMINAL_STEPS))
+    )  # every recorded step
+    assert all(
+        s.stage == "judged" and s.predicted_observation == "predicted output" for s in samples
+    )
+    assert samples[0].total_score == 1.0 and samples[1].judgement["strengths"]
+    # the reference's figures: (mean - 1) / 4 * 100, pooled
+    n = len(TERMINAL_STEPS)
+    expected = round(((1 + 4.4 * (n - 1)) / n - 1) / 4 * 100, 2)
+    assert run.results["overall"]["total"] == expected and run.results["overall"]["n"] == n
+    assert run.samples_total == n and run.progress == 1.0 and run.tokens_out > 0
+    assert run.judge_s > 0 and run.infer_s > 0
+    # the world model was asked the reference's way: the sample's history, its sampling
+    assert any(b.get("max_tokens") == 256 and "top_p" not in b for b in world_bodies)
+
+    html = researcher_client.get(reverse("evaluation_run", args=[run.pk])).content.decode()
+    assert "Succeeded" in html and f'id="run-overall">{expected:.2f}' in html
+    assert f"{n} samples: {n} judged" in html
+    board = researcher_client.get(reverse("leaderboard", args=[project.pk])).content.decode()
+    assert "run A" in board and "Qwen-AgentWorld-397B-A17B" in board and "published" in board
+    csv_text = researcher_client.get(
+        reverse("leaderboard", args=[project.pk]) + "?format=csv"
+    ).content.decode()
+    assert f"run A,measured (run {run.pk})," in csv_text and "GPT-5.4,published,70.10" in csv_text
+    md = researcher_client.get(
+        reverse("leaderboard", args=[project.pk]) + "?format=md"
+    ).content.decode()
+    assert md.startswith("| Model | Source | MCP |") and "| run A |" in md
+
+    # drill-down: worst first, and a sample with its judge's notes and the diff
+    listing = researcher_client.get(
+        reverse("evaluation_samples", args=[run.pk]) + "?domain=terminal"
+    ).content.decode()
+    assert listing.index("step 0") < listing.index("step 1")  # score 1 before 4.4
+    one = samples[1]
+    page = researcher_client.get(reverse("evaluation_sample", args=[one.pk])).content.decode()
+    assert TERMINAL_STEPS[1][0] in page and TERMINAL_STEPS[1][1] in page  # action, truth
+    assert "predicted output" in page and "shape of" in page
+    assert "<del>" in page or "<ins>" in page  # the prediction against the ground truth
+    assert "Check the web app" in page  # its trajectory, linked
+
+
+@pytest.mark.django_db
+def test_the_form_names_what_is_wrong_and_annotators_cannot_start_a_run(client, project):
+    url = reverse("evaluation_new", args=[project.pk])
+    client.force_login(project.users["researcher"])
+    page = client.get(url).content.decode()
+    assert 'id="no-judge"' in page  # a project without a judge model is told so
+    world, judge = endpoints(project, "http://127.0.0.1:9/v1")
+    bad = client.post(url, {**form(world, judge), "limit_per_domain": 0, "concurrency": 99})
+    assert bad.status_code == 400
+    assert set(bad.context["form"].errors) == {"limit_per_domain", "concurrency"}
+    assert EvaluationRun.objects.count() == 0
+    client.force_login(project.users["annotator"])
+    assert client.post(url, form(world, judge)).status_code == 403
+    assert client.get(reverse("evaluation_list", args=[project.pk])).status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_sample_of_another_run_sits_beside_it_and_other_projects_see_nothing(
+    client, project, make_user
+):
+    trajectory = make_trajectory(project)
+    runs = []
+    for name, score, text in (("A", 5, "alpha out"), ("B", 2, "beta out")):
+        run = EvaluationRun.objects.create(
+            project=project, name=name, world_kind="openai", world_model=f"wm-{name}",
+            judge_model="jm", judge_base_url="http://x/v1", status=JobStatus.SUCCEEDED,
+        )  # fmt: skip
+        EvaluationSample.objects.create(
+            run=run, domain="terminal", trajectory=trajectory, step_index=1,
+            key=f"{trajectory.pk}:1", stage="judged", gen=text, predicted_observation=text,
+            judgement={**dict.fromkeys(DIMS, score), "total_score": score, "failed": 0.0,
+                       "strengths": [], "weaknesses": [f"weak {name}"]},
+            total_score=score,
+        )  # fmt: skip
+        runs.append(run)
+    a = runs[0].samples.get()
+    client.force_login(project.users["annotator"])  # every member reads evaluations
+    html = client.get(
+        reverse("evaluation_sample", args=[a.pk]) + f"?compare={runs[1].pk}"
+    ).content.decode()
+    assert "alpha out" in html and "beta out" in html and "weak A" in html and "weak B" in html
+    missing = reverse("evaluation_sample", args=[a.pk]) + "?compare=999999"
+    assert client.get(missing).status_code == 404
+    board = client.get(reverse("leaderboard", args=[project.pk])).content.decode()
+    assert board.index(">A</a>") < board.index(">B</a>")  # by overall, best first
+    client.force_login(make_user("stranger"))
+    for url in (
+        reverse("evaluation_run", args=[runs[0].pk]),
+        reverse("evaluation_sample", args=[a.pk]),
+        reverse("evaluation_samples", args=[runs[0].pk]),
+        reverse("leaderboard", args=[project.pk]),
+    ):
+        assert client.get(url).status_code == 404
+
+
+STALE_S = 4
+STALE_ENV = {"STUDIO_JOB_STALE_S": str(STALE_S)}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_resume_after_a_killed_worker_loses_no_finished_sample(
+    researcher_client, project, settings, isolated_queues
+):
+    settings.STUDIO_JOB_STALE_S = STALE_S
+    make_trajectory(project)
+    release = threading.Event()
+    asked: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def respond(body, index):
+        user = body["messages"][-1]["content"]
+        if body["messages"][0]["content"].startswith("You grade a world model"):
+            return judge_or_world(SCORES)(body, index)
+        with lock:
+            asked[user] = asked.get(user, 0) + 1
+            first_ones = len(asked) <= 2
+        if not first_ones:
+            release.wait(timeout=120)  # held: the worker dies while it waits
+        return "<predicted_observation>predicted output</predicted_observation>"
+
+    with fake_openai_server(respond) as srv:
+        world, judge = endpoints(project, srv.base_url)
+        with running_worker(("default",), extra_env=STALE_ENV) as proc:
+            researcher_client.post(
+                reverse("evaluation_new", args=[project.pk]), form(world, judge, concurrency=1)
+            )
+            run = EvaluationRun.objects.get()
+            wait_for(lambda: run.samples.filter(stage="predicted").count() == 2, timeout=90)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        with running_worker(("gpu",), extra_env=STALE_ENV):  # a worker that only sweeps
+            lost = wait_for(
+                lambda: EvaluationRun.objects.filter(pk=run.pk, status="failed").first(), timeout=60
+            )
+        assert "stopped without finishing" in lost.error and "use Resume" in lost.error
+        page = researcher_client.get(reverse("evaluation_run", args=[run.pk])).content.decode()
+        assert 'id="evaluation-resume"' in page
+        release.set()
+        with running_worker(("default",), extra_env=STALE_ENV):
+            researcher_client.post(reverse("evaluation_resume", args=[run.pk]))
+            done = wait_for(
+                lambda: EvaluationRun.objects.filter(pk=run.pk, status="succeeded").first(),
+                timeout=90,
+            )
+    assert done.samples.filter(stage="judged").count() == len(TERMINAL_STEPS)
+    # the two samples predicted before the kill were not asked again
+    assert sorted(asked.values()).count(1) >= 2 and max(asked.values()) <= 2
+    assert sum(1 for v in asked.values() if v == 2) <= 1  # only the one in flight was redone
+
+
+def _run_in_thread(run_id: int, message_id: str) -> None:
+    """The job's body as a worker runs it, in a thread of this process (closing its
+    database connection after)."""
+    from django.db import connection
+
+    from studio.jobs.evaluations import run_evaluation
+
+    def body():
+        try:
+            run_evaluation(run_id, message_id)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join(timeout=120)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_out_of_time_hands_over_to_a_new_message_and_a_failed_one_resumes(
+    project, isolated_queues, monkeypatch
+):
+    """Near its task's time limit a run stops taking samples and sends itself again (a run
+    may take many tasks' time); a run where nothing could be judged fails saying why, and
+    Resume tries its failed samples again."""
+    from studio.jobs import evaluations as job
+    from studio.services import evaluations as service
+    from studio.services.evaluations import EvaluationData
+
+    make_trajectory(project)
+    broken = {"on": True}
+
+    def respond(body, index):
+        if broken["on"] and not body["messages"][0]["content"].startswith("You grade"):
+            return (500, "the model is down")
+        return judge_or_world(SCORES)(body, index)
+
+    with fake_openai_server(respond) as srv:
+        world, judge = endpoints(project, srv.base_url)
+        data = EvaluationData(name="R", world=world, judge=judge, max_tokens=64, concurrency=2)
+        run = service.start_evaluation(project, None, data)
+        EvaluationRun.objects.filter(pk=run.pk).update(message_id="m-1")
+        monkeypatch.setattr(job, "task_budget_s", lambda: -1.0)  # out of time at once
+        _run_in_thread(run.pk, "m-1")
+        run.refresh_from_db()
+        assert run.status == JobStatus.QUEUED and run.message_id not in ("", "m-1")
+        assert run.samples.filter(stage="pending").count() == len(TERMINAL_STEPS)
+        assert srv.requests == []  # no sample was taken
+
+        monkeypatch.setattr(job, "task_budget_s", lambda: 600.0)
+        _run_in_thread(run.pk, run.message_id)
+        run.refresh_from_db()
+        assert run.status == JobStatus.FAILED
+        assert "no sample was judged" in run.error and "the model is down" in run.error
+        assert run.samples.filter(stage="infer_failed").count() == len(TERMINAL_STEPS)
+
+        broken["on"] = False
+        assert service.resume_evaluation(run)
+        run.refresh_from_db()
+        assert run.status == JobStatus.QUEUED and run.samples.filter(
+            stage="pending"
+        ).count() == len(TERMINAL_STEPS)
+        EvaluationRun.objects.filter(pk=run.pk).update(message_id="m-3")
+        _run_in_thread(run.pk, "m-3")
+    run.refresh_from_db()
+    assert run.status == JobStatus.SUCCEEDED, run.error
+    assert run.samples.filter(stage="judged").count() == len(TERMINAL_STEPS)
+    assert not service.resume_evaluation(run)  # a run that succeeded does not resume
