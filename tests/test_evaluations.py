@@ -310,3 +310,29 @@ def test_a_run_out_of_time_hands_over_to_a_new_message_and_a_failed_one_resumes(
     assert run.status == JobStatus.SUCCEEDED, run.error
     assert run.samples.filter(stage="judged").count() == len(TERMINAL_STEPS)
     assert not service.resume_evaluation(run)  # a run that succeeded does not resume
+
+
+@pytest.mark.django_db
+def test_a_run_over_imported_benchmark_files_asks_each_row_as_the_reference_does(project):
+    """Trajectories imported from AgentWorldBench files: each row comes back as the sample
+    of its turn, and the world model is sent exactly the reference's messages for it."""
+    from inference.prompts import reference_messages
+    from studio.services import evaluations as service
+    from studio.services.imports import do_import_file
+    from tests.support.jobs import AWB_DIR, read_awb_rows
+
+    for name in ("terminal_test.jsonl", "mcp_test.jsonl"):
+        do_import_file(project=project, path=AWB_DIR / name)
+    make_trajectory(project)  # a recorded trajectory that is not from the benchmark
+    world, judge = endpoints(project, "http://127.0.0.1:9/v1")
+    data = service.EvaluationData(name="bench", world=world, judge=judge, source="benchmark")
+    run = service.start_evaluation(project, None, data)
+    samples = service.choose_samples(run)
+    originals = read_awb_rows("terminal_test.jsonl") + read_awb_rows("mcp_test.jsonl")
+    assert len(samples) == len(originals)  # the other trajectory is left out
+    rebuilt = []
+    for sample in samples:
+        sample.save()
+        rebuilt.append(reference_messages(service.row_of(sample)))
+    expected = [reference_messages(row) for row in originals]
+    assert sorted(map(json.dumps, rebuilt)) == sorted(map(json.dumps, expected))
