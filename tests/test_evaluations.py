@@ -336,3 +336,17 @@ def test_a_run_over_imported_benchmark_files_asks_each_row_as_the_reference_does
         rebuilt.append(reference_messages(service.row_of(sample)))
     expected = [reference_messages(row) for row in originals]
     assert sorted(map(json.dumps, rebuilt)) == sorted(map(json.dumps, expected))
+    # the files can be picked: only the terminal file's rows
+    from studio.forms.evaluations import EvaluationForm
+
+    picked = EvaluationForm(
+        {**form(world, judge), "source": "benchmark", "benchmark_files": ["terminal_test.jsonl"]},
+        project=project,
+    )
+    assert picked.is_valid(), picked.errors
+    only = service.start_evaluation(project, None, picked.data_object())
+    assert {s.domain for s in service.choose_samples(only)} == {"terminal"}
+    refused = EvaluationForm(
+        {**form(world, judge), "benchmark_files": ["nope.jsonl"]}, project=project
+    )
+    assert not refused.is_valid() and "benchmark_files" in refused.errors

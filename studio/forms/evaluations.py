@@ -8,7 +8,12 @@ from typing import Any, cast
 from django import forms
 
 from studio.models import DOMAINS, EndpointRole, ModelEndpoint, Project
-from studio.services.evaluations import MAX_SAMPLES_PER_DOMAIN, SOURCES, EvaluationData
+from studio.services.evaluations import (
+    MAX_SAMPLES_PER_DOMAIN,
+    SOURCES,
+    EvaluationData,
+    benchmark_files,
+)
 
 
 class EvaluationForm(forms.Form):
@@ -20,6 +25,13 @@ class EvaluationForm(forms.Form):
         queryset=ModelEndpoint.objects.none(), label="Judge model", empty_label=None
     )
     source = forms.ChoiceField(choices=list(SOURCES.items()), initial="recorded")
+    benchmark_files = forms.MultipleChoiceField(
+        choices=[],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Benchmark files",
+        help_text="With the AgentWorldBench source: the imported files to use (none ticked: all)",
+    )
     domains = forms.MultipleChoiceField(
         choices=[(d, d) for d in DOMAINS],
         required=False,
@@ -48,6 +60,8 @@ class EvaluationForm(forms.Form):
         world_field.queryset = endpoints.filter(role=EndpointRole.WORLD)
         judge_field = cast(forms.ModelChoiceField, self.fields["judge"])
         judge_field.queryset = endpoints.filter(role=EndpointRole.JUDGE, kind="openai")
+        files_field = cast(forms.MultipleChoiceField, self.fields["benchmark_files"])
+        files_field.choices = [(f, f) for f in benchmark_files(project)]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -63,6 +77,7 @@ class EvaluationForm(forms.Form):
             world=c["world"],
             judge=c["judge"],
             source=c["source"],
+            files=list(c["benchmark_files"]) if c["source"] == "benchmark" else [],
             domains=list(c["domains"]),
             limit_per_domain=c["limit_per_domain"],
             temperature=c["temperature"],

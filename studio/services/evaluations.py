@@ -48,6 +48,7 @@ class EvaluationData:
     world: ModelEndpoint
     judge: ModelEndpoint
     source: str = "recorded"
+    files: list[str] = field(default_factory=list)  # benchmark source: these files (empty: all)
     domains: list[str] = field(default_factory=list)  # empty: all
     limit_per_domain: int = 50
     temperature: float = 0.6
@@ -76,6 +77,7 @@ def start_evaluation(project: Project, user, data: EvaluationData) -> Evaluation
             **({"top_p": data.top_p} if data.top_p is not None else {}),
             "judge_temperature": data.judge_temperature,
             "judge_max_tokens": data.judge_max_tokens,
+            **({"files": list(data.files)} if data.files else {}),
         },
         source=data.source,
         domains=list(data.domains),
@@ -127,12 +129,26 @@ def resume_evaluation(run: EvaluationRun) -> bool:
 # ---- samples --------------------------------------------------------------------------------
 
 
+def benchmark_files(project: Project) -> list[str]:
+    """The AgentWorldBench files imported into the project (by the name they had)."""
+    return list(
+        Trajectory.objects.filter(project=project, source_format="agentworldbench")
+        .exclude(source_file="")
+        .values_list("source_file", flat=True)
+        .distinct()
+        .order_by("source_file")
+    )
+
+
 def candidate_steps(run: EvaluationRun) -> list[tuple[int, int, str]]:
     """(trajectory id, step index, domain) of the recorded steps a run may sample: on each
     trajectory's recorded branch, with a recorded observation."""
     trajectories = Trajectory.objects.filter(project_id=run.project_id)
     if run.source == "benchmark":
         trajectories = trajectories.filter(source_format="agentworldbench")
+        files = (run.params or {}).get("files")
+        if files:
+            trajectories = trajectories.filter(source_file__in=files)
     if run.domains:
         trajectories = trajectories.filter(domain__in=run.domains)
     return list(
