@@ -27,4 +27,5 @@ urlpatterns = [
     path("", include("studio.views.gallery")),
     path("", include("studio.views.tokens")),
     path("", include("studio.views.evaluations")),
+    path("", include("studio.views.annotations")),
 ]

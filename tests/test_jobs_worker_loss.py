@@ -123,7 +123,10 @@ def test_a_killed_pool_process_fails_its_job_which_never_runs_twice(project, set
                 "is already running; its message redelivered is ignored",
                 f"SimulationJob {job.pk} is failed; not running it again",
             )
-            wait_for(lambda: any(line in log.read_text() for line in ignored), timeout=30)
+            try:
+                wait_for(lambda: any(line in log.read_text() for line in ignored), timeout=60)
+            except AssertionError:  # say what the worker did instead
+                raise AssertionError(f"worker log:\n{log.read_text()[-4000:]}") from None
             assert len(srv.requests) == requests
 
 

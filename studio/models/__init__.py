@@ -1,3 +1,4 @@
+from studio.models.annotations import AnnotationVersion, StepAnnotation, Verdict
 from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
 from studio.models.evaluations import EvaluationRun, EvaluationSample, SampleStage
 from studio.models.jobs import ImportJob, JobStatus, SimulationJob
@@ -18,6 +19,7 @@ from studio.models.trajectories import (
 from studio.models.worlds import World, WorldVersion
 
 __all__ = [
+    "AnnotationVersion",
     "ApiToken",
     "DOMAINS",
     "Branch",
@@ -39,8 +41,10 @@ __all__ = [
     "SampleStage",
     "SimulationJob",
     "Step",
+    "StepAnnotation",
     "Tag",
     "Trajectory",
+    "Verdict",
     "World",
     "WorldVersion",
 ]

@@ -1,0 +1,158 @@
+"""Step annotations: validate what an annotator gives (`AnnotationData.build`, which names the
+field that is wrong), save it as their annotation of the step with a new version when it
+changed, and read a step's annotations and an annotation's history."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+
+from inference.judge import DIMENSIONS
+from studio.models import AnnotationVersion, Step, StepAnnotation, Verdict
+
+# What each dimension asks, shown as the rating's tooltip (the judge's rubric, in short).
+DIMENSION_HELP = {
+    "format": "Has the shape this environment produces (JSON, terminal output, element list, "
+    "page text, error format), with no chatter.",
+    "factuality": "The facts it states (values, files, results, states) agree with what the "
+    "history and the real environment establish.",
+    "consistency": "Follows from the history and the action; contradicts nothing shown before.",
+    "realism": "A real environment could have returned it: plausible content, length, errors.",
+    "quality": "Overall usefulness as a stand-in for the real observation, for training or "
+    "testing an agent.",
+}
+MAX_TAGS = 20
+MAX_TAG_CHARS = 50
+MAX_COMMENT_CHARS = 10_000
+MAX_CORRECTION_CHARS = 200_000
+
+
+def _lines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def correction_of(edited: str, observation: str) -> str:
+    """The correction the editor holds: none when it still reads as the observation (the
+    editor starts from it; browsers send line ends as CRLF)."""
+    edited = _lines(edited)
+    return "" if edited == _lines(observation) else edited
+
+
+class StaleAnnotation(Exception):
+    """The annotation changed (another tab) since the page that sends this was opened."""
+
+
+class AnnotationError(ValueError):
+    def __init__(self, errors: dict[str, str]):
+        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class AnnotationData:
+    ratings: dict[str, int] = field(default_factory=dict)
+    verdict: str = ""
+    corrected_observation: str = ""
+    tags: tuple[str, ...] = ()
+    comment: str = ""
+
+    @classmethod
+    def build(cls, data: Mapping[str, Any], observation: str = "") -> AnnotationData:
+        """From form or JSON input: `rating_<dimension>` (1-5 or blank), `verdict`,
+        `corrected_observation` (the same as the step's observation, or blank: none),
+        `tags` (comma-separated or a list), `comment`."""
+        errors: dict[str, str] = {}
+        ratings: dict[str, int] = {}
+        for dim in DIMENSIONS:
+            raw = data.get(f"rating_{dim}", "")
+            if raw in ("", None):
+                continue
+            try:
+                value = int(str(raw))
+            except ValueError:
+                errors[f"rating_{dim}"] = f"the {dim} rating must be a whole number 1-5"
+                continue
+            if not 1 <= value <= 5:
+                errors[f"rating_{dim}"] = f"the {dim} rating must be 1-5, got {value}"
+                continue
+            ratings[dim] = value
+        verdict = str(data.get("verdict", "") or "")
+        if verdict and verdict not in Verdict.values:
+            errors["verdict"] = f"verdict must be one of {', '.join(Verdict.values)}"
+        raw_tags = data.get("tags", "")
+        items = raw_tags if isinstance(raw_tags, list | tuple) else str(raw_tags).split(",")
+        tags: list[str] = []
+        for tag in (str(t).strip() for t in items):
+            if tag and tag not in tags:
+                tags.append(tag)
+        if len(tags) > MAX_TAGS:
+            errors["tags"] = f"at most {MAX_TAGS} tags"
+        elif any(len(t) > MAX_TAG_CHARS for t in tags):
+            errors["tags"] = f"a tag has at most {MAX_TAG_CHARS} characters"
+        comment = str(data.get("comment", "") or "").strip()
+        if len(comment) > MAX_COMMENT_CHARS:
+            errors["comment"] = f"the comment has at most {MAX_COMMENT_CHARS} characters"
+        corrected = correction_of(str(data.get("corrected_observation", "") or ""), observation)
+        if len(corrected) > MAX_CORRECTION_CHARS:
+            errors["corrected_observation"] = "the corrected observation is too long"
+        if errors:
+            raise AnnotationError(errors)
+        return cls(ratings, verdict, corrected, tuple(tags), comment)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "ratings": dict(self.ratings),
+            "verdict": self.verdict,
+            "corrected_observation": self.corrected_observation,
+            "tags": list(self.tags),
+            "comment": self.comment,
+        }
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.state().values())
+
+
+def state_of(annotation: StepAnnotation) -> dict[str, Any]:
+    return {
+        "ratings": dict(annotation.ratings or {}),
+        "verdict": annotation.verdict,
+        "corrected_observation": annotation.corrected_observation,
+        "tags": list(annotation.tags or []),
+        "comment": annotation.comment,
+    }
+
+
+def save_annotation(
+    step: Step, user, data: AnnotationData, *, seen_version: int | None = None
+) -> tuple[StepAnnotation, bool]:
+    """The user's annotation of `step`, made or edited; a version is kept when it changed.
+    `seen_version`: the version the editing page showed (0: none); a newer one saved meanwhile
+    (another tab) raises StaleAnnotation instead of overwriting it. Returns (annotation,
+    changed)."""
+    if data.empty and not StepAnnotation.objects.filter(step=step, author=user).exists():
+        raise AnnotationError({"annotation": "nothing to save: rate, judge, correct or comment"})
+    with transaction.atomic():
+        annotation, created = StepAnnotation.objects.select_for_update().get_or_create(
+            step=step, author=user, defaults=data.state()
+        )
+        latest = annotation.versions.aggregate(n=Max("number"))["n"] or 0
+        if not created and seen_version is not None and latest > seen_version:
+            raise StaleAnnotation
+        if not created:
+            if state_of(annotation) == data.state():
+                return annotation, False
+            for name, value in data.state().items():
+                setattr(annotation, name, value)
+            annotation.save()
+        number = (0 if created else latest) + 1
+        AnnotationVersion.objects.create(annotation=annotation, number=number, state=data.state())
+    return annotation, True
+
+
+def annotations_of(step: Step):
+    return StepAnnotation.objects.filter(step=step).select_related("author").order_by("created_at")
