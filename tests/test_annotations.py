@@ -122,3 +122,25 @@ def test_a_save_from_a_stale_page_is_refused_and_crlf_is_no_correction(client, p
         follow=True,
     )
     assert "This is the last step of the branch." in done.content.decode()
+
+
+@pytest.mark.django_db
+def test_next_follows_the_branch_the_annotator_came_from(client, project):
+    """On a child branch, an inherited step's next one is the child's own, not the parent's."""
+    from tests.support.branching import make_child
+    from tests.support.branching import make_trajectory as make_branching
+
+    trajectory, root = make_branching(project)
+    child = make_child(root, 2, ["the child's own observation"])
+    inherited = root.steps.get(index=1)  # shown on the child too
+    own = child.steps.get(index=2)
+    client.force_login(project.users["annotator"])
+    url = reverse("step_annotate", args=[inherited.pk]) + f"?branch={child.pk}"
+    saved = client.post(url, {"rating_format": "4", "then": "next", "branch": str(child.pk)})
+    assert saved["Location"] == reverse("step_annotate", args=[own.pk]) + f"?branch={child.pk}"
+    on_root = client.post(
+        reverse("step_annotate", args=[inherited.pk]), {"rating_format": "5", "then": "next"}
+    )
+    assert on_root["Location"].startswith(
+        reverse("step_annotate", args=[root.steps.get(index=2).pk])
+    )
