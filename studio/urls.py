@@ -28,4 +28,5 @@ urlpatterns = [
     path("", include("studio.views.tokens")),
     path("", include("studio.views.evaluations")),
     path("", include("studio.views.annotations")),
+    path("", include("studio.views.queues")),
 ]

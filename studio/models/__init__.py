@@ -1,4 +1,12 @@
-from studio.models.annotations import AnnotationVersion, StepAnnotation, Verdict
+from studio.models.annotations import (
+    Adjudication,
+    AnnotationQueue,
+    AnnotationVersion,
+    QueueClaim,
+    QueueItem,
+    StepAnnotation,
+    Verdict,
+)
 from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
 from studio.models.evaluations import EvaluationRun, EvaluationSample, SampleStage
 from studio.models.jobs import ImportJob, JobStatus, SimulationJob
@@ -19,6 +27,8 @@ from studio.models.trajectories import (
 from studio.models.worlds import World, WorldVersion
 
 __all__ = [
+    "Adjudication",
+    "AnnotationQueue",
     "AnnotationVersion",
     "ApiToken",
     "DOMAINS",
@@ -37,6 +47,8 @@ __all__ = [
     "Perturbation",
     "Project",
     "Provenance",
+    "QueueClaim",
+    "QueueItem",
     "Role",
     "SampleStage",
     "SimulationJob",

@@ -58,3 +58,76 @@ class AnnotationVersion(models.Model):
 
     def __str__(self) -> str:
         return f"version {self.number} of annotation {self.annotation_id}"
+
+
+class AnnotationQueue(models.Model):
+    """Steps chosen by a filter, to be annotated by `annotators_per_item` people each;
+    blind: an annotator sees no one else's annotation of an item before submitting theirs."""
+
+    project = models.ForeignKey(
+        "studio.Project", on_delete=models.CASCADE, related_name="annotation_queues"
+    )
+    name = models.CharField(max_length=200)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    annotators_per_item = models.PositiveSmallIntegerField(default=1)
+    blind = models.BooleanField(default=False)
+    claim_minutes = models.PositiveIntegerField(default=30)
+    description = models.TextField(blank=True)  # the filter it was made from, in words
+    # who works it (none: every member of the project)
+    assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"queue {self.name!r}"
+
+
+class QueueItem(models.Model):
+    queue = models.ForeignKey(AnnotationQueue, on_delete=models.CASCADE, related_name="items")
+    step = models.ForeignKey("studio.Step", on_delete=models.CASCADE, related_name="+")
+    position = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["queue_id", "position"]
+        constraints = [models.UniqueConstraint(fields=["queue", "step"], name="unique_queue_step")]
+
+    def __str__(self) -> str:
+        return f"item {self.position} of queue {self.queue_id}"
+
+
+class QueueClaim(models.Model):
+    """One annotator's slot on an item: held until `expires_at`, then free again unless done."""
+
+    item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="claims")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    claimed_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "user"], name="one_claim_per_annotator")
+        ]
+
+    def __str__(self) -> str:
+        return f"claim of item {self.item_id} by {self.user_id}"
+
+
+class Adjudication(models.Model):
+    """The final word on a queue item where annotators disagree: once given, it stands."""
+
+    item = models.OneToOneField(QueueItem, on_delete=models.CASCADE, related_name="adjudication")
+    adjudicator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    verdict = models.CharField(max_length=20, choices=Verdict.choices)
+    ratings = models.JSONField(default=dict, blank=True)
+    note = models.TextField(blank=True)
+    decided_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"adjudication of item {self.item_id}"

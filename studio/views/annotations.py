@@ -14,7 +14,7 @@ from django.views.decorators.http import require_http_methods
 from inference.judge import DIMENSIONS
 from studio.access import get_step_for_user, signed_in_user
 from studio.http import HtmxHttpRequest
-from studio.models import Branch, Step, StepAnnotation, Verdict
+from studio.models import AnnotationQueue, Branch, Step, StepAnnotation, Verdict
 from studio.services import annotations as service
 
 
@@ -39,15 +39,31 @@ def _url(step: Step, branch: Branch) -> str:
     return reverse("step_annotate", args=[step.pk]) + f"?branch={branch.pk}"
 
 
+def _queue_of(request: HtmxHttpRequest, step: Step, user) -> AnnotationQueue | None:
+    """The queue the step was opened from (`?queue=`): one of the step's project that holds
+    it and that the user works."""
+    from studio.services import queues
+
+    wanted = request.POST.get("queue") or request.GET.get("queue") or ""
+    if not wanted.isdigit():
+        return None
+    queue = AnnotationQueue.objects.filter(
+        pk=int(wanted), project_id=step.branch.trajectory.project_id, items__step=step
+    ).first()
+    return queue if queue is not None and queues.may_work(queue, user) else None
+
+
 @require_http_methods(["GET", "POST"])
 def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
     from studio.presenters.diff import any_diff_html
+    from studio.services import queues
     from studio.services.diffs import meaning_diff
 
     step, membership = get_step_for_user(request, step_id)
     user = signed_in_user(request)
     branch = _branch_of(request, step)
     following = _next_step(branch, step)
+    queue = _queue_of(request, step, user)
     mine = StepAnnotation.objects.filter(step=step, author=user).first()
     errors: dict[str, str] = {}
     posted = None
@@ -70,6 +86,8 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
             mine = StepAnnotation.objects.filter(step=step, author=user).first()
         else:
             wants_next = request.POST.get("then") == "next"
+            if queue is not None:
+                return _queue_saved(request, queue, step, user, changed, wants_next)
             message = "Saved." if changed else "Nothing changed."
             if wants_next and following is None:
                 message += " This is the last step of the branch."
@@ -107,6 +125,9 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
         "correction_diff": any_diff_html(meaning_diff(step.observation, corrected), limit=50)
         if corrected
         else "",
+        "queue": queue,
+        # a blind queue shows the others' work only once one's own is in
+        "blind": queue is not None and queue.blind and not queues.has_submitted(queue, step, user),
         "others": service.annotations_of(step).exclude(author=user),
         "versions": versions,
         "seen_version": versions[0].number if versions else 0,
@@ -115,6 +136,22 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
         + f"?branch={branch.pk}&step={step.index}",
     }
     return render(request, "annotations/step.html", context, status=status)
+
+
+def _queue_saved(request, queue: AnnotationQueue, step: Step, user, changed: bool, wants_next):
+    from studio.services import queues
+    from studio.views.queues import item_url
+
+    queues.complete(queue, step, user)
+    if not wants_next:
+        messages.success(request, "Saved." if changed else "Nothing changed.")
+        return redirect(item_url(queue, step))
+    item = queues.claim_next(queue, user)
+    if item is None:
+        messages.success(request, "Saved. Nothing left for you in this queue: thank you.")
+        return redirect("queue_detail", queue_id=queue.pk)
+    messages.success(request, "Saved: the next item of the queue.")
+    return redirect(item_url(queue, item.step))
 
 
 urlpatterns = [

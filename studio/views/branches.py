@@ -173,6 +173,9 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
             "trajectory": trajectory,
             "project": trajectory.project,
             "membership": membership,
+            "compared_ids": ",".join(str(b.pk) for b in comparison.branches)
+            if comparison is not None
+            else "",
             "form": form,
             "comparison": comparison,
             "branches": branches,
