@@ -97,3 +97,18 @@ def test_the_adjudication_page_is_for_researchers_and_admins(client, project):
     assert again.status_code == 400 and "the first decision stands" in again.content.decode()
     detail = client.get(reverse("queue_detail", args=[queue.pk])).content.decode()
     assert 'id="queue-agreement"' in detail
+
+
+@pytest.mark.django_db
+def test_identical_paired_ratings_give_no_alpha_and_say_why(project):
+    queue = queue_of(project, 3, per_item=2)
+    ann, res = project.users["annotator"], project.users["researcher"]
+    a, b, c = (i.step for i in queue.items.select_related("step").order_by("position"))
+    for step in (a, b):
+        annotate(queue, ann, step, ratings={"format": 5})
+        annotate(queue, res, step, ratings={"format": 5})
+    annotate(queue, ann, c, ratings={"format": 1})  # a lone rating: no pair, left out
+    found = agreement(queue)
+    assert found.alpha["format"] is None
+    assert found.notes["format"] == "every paired rating is the same value: alpha is undefined"
+    assert found.notes["realism"] == "no item rated by two annotators yet"

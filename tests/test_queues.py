@@ -137,3 +137,45 @@ def test_a_queue_from_a_compare_view_takes_the_compared_branches_steps(client, p
     )  # fmt: skip
     assert refused.status_code == 400
     assert refused.context["form"].errors["branches"] == ["'abc' is not a branch id"]
+
+
+@pytest.mark.django_db
+def test_slots_stay_true_when_claims_expire(project, futures):
+    """An annotator whose claim ran out can still take the item if a slot is free; one who
+    saves after others took every slot is kept out of the count (their work is kept)."""
+    ann, res = project.users["annotator"], project.users["researcher"]
+    pair = service.create_queue(
+        project, None, QueueData(name="pair", origin="simulated", annotators_per_item=2, limit=1)
+    )
+    item = service.claim_next(pair, ann)
+    QueueClaim.objects.filter(item=item, user=ann).update(
+        expires_at=timezone.now() - timedelta(minutes=1)
+    )
+    assert service.claim_next(pair, res) == item
+    assert service.complete(pair, item.step, res)
+    assert service.claim_next(pair, ann) == item  # a slot is still free for them
+    single = service.create_queue(
+        project, None, QueueData(name="one", origin="simulated", annotators_per_item=1, limit=1)
+    )
+    item = service.claim_next(single, ann)
+    QueueClaim.objects.filter(item=item, user=ann).update(
+        expires_at=timezone.now() - timedelta(minutes=1)
+    )
+    assert service.claim_next(single, res) == item
+    assert service.complete(single, item.step, res)
+    assert not service.complete(single, item.step, ann)  # every slot went to others
+    assert service.progress(single).done == 1
+
+
+@pytest.mark.django_db
+def test_a_blind_queue_hides_the_others_on_the_plain_page_too(client, project, futures):
+    queue = service.create_queue(
+        project,
+        None,
+        QueueData(name="blind", origin="simulated", annotators_per_item=2, blind=True),
+    )
+    step = queue.items.first().step
+    StepAnnotation.objects.create(step=step, author=project.users["researcher"], comment="secret")
+    client.force_login(project.users["annotator"])
+    page = client.get(reverse("step_annotate", args=[step.pk])).content.decode()  # no ?queue
+    assert "secret" not in page and 'id="blind-note"' in page

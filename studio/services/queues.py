@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q
 from django.utils import timezone
 
 from studio.models import (
@@ -132,8 +132,9 @@ def claim_next(queue: AnnotationQueue, user) -> QueueItem | None:
     if held is not None:
         return held.item
     expires = now + timedelta(minutes=queue.claim_minutes)
+    mine_done = QueueClaim.objects.filter(item=OuterRef("pk"), user=user, done_at__isnull=False)
     candidates = (
-        queue.items.exclude(claims__user=user, claims__done_at__isnull=False)
+        queue.items.exclude(Exists(mine_done))
         .annotate(taken=Count("claims", filter=_taken(now)))
         .filter(taken__lt=queue.annotators_per_item)
         .order_by("position")
@@ -163,15 +164,39 @@ def claim_next(queue: AnnotationQueue, user) -> QueueItem | None:
 
 
 def complete(queue: AnnotationQueue, step: Step, user) -> bool:
-    """The user's annotation of `step` is in: their slot on its item is done."""
+    """The user's annotation of `step` is in: their slot on its item is done, if they hold
+    one (their claim, even expired, when nobody took the slot meanwhile) or one is free.
+    False: every slot went to others; the annotation is kept, and not counted in the queue."""
     now = timezone.now()
     item = queue.items.filter(step=step).first()
     if item is None:
         return False
-    claim, _ = QueueClaim.objects.get_or_create(item=item, user=user, defaults={"expires_at": now})
-    if claim.done_at is None:
-        QueueClaim.objects.filter(pk=claim.pk).update(done_at=now)
+    with transaction.atomic():
+        QueueItem.objects.select_for_update().filter(pk=item.pk).first()  # one at a time
+        claim = QueueClaim.objects.filter(item=item, user=user).first()
+        if claim is not None and claim.done_at is not None:
+            return True
+        others = (
+            item.claims.exclude(user=user)
+            .filter(Q(done_at__isnull=False) | Q(expires_at__gt=now))
+            .count()
+        )
+        if others >= queue.annotators_per_item:
+            return False
+        if claim is None:
+            QueueClaim.objects.create(item=item, user=user, expires_at=now, done_at=now)
+        else:
+            QueueClaim.objects.filter(pk=claim.pk).update(done_at=now)
     return True
+
+
+def blind_for(step: Step, user) -> bool:
+    """Whether the user may not see the others' annotations of `step` yet: a blind queue of
+    its project that they work holds it, and they have not submitted their own there."""
+    for queue in AnnotationQueue.objects.filter(blind=True, items__step=step).distinct():
+        if may_work(queue, user) and not has_submitted(queue, step, user):
+            return True
+    return False
 
 
 def has_submitted(queue: AnnotationQueue, step: Step, user) -> bool:

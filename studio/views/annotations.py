@@ -127,7 +127,7 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
         else "",
         "queue": queue,
         # a blind queue shows the others' work only once one's own is in
-        "blind": queue is not None and queue.blind and not queues.has_submitted(queue, step, user),
+        "blind": queues.blind_for(step, user),
         "others": service.annotations_of(step).exclude(author=user),
         "versions": versions,
         "seen_version": versions[0].number if versions else 0,
@@ -142,7 +142,12 @@ def _queue_saved(request, queue: AnnotationQueue, step: Step, user, changed: boo
     from studio.services import queues
     from studio.views.queues import item_url
 
-    queues.complete(queue, step, user)
+    if not queues.complete(queue, step, user):
+        messages.warning(
+            request,
+            "Saved, but not counted in the queue: your claim on this item had run out and "
+            "others took its slots.",
+        )
     if not wants_next:
         messages.success(request, "Saved." if changed else "Nothing changed.")
         return redirect(item_url(queue, step))

@@ -74,11 +74,17 @@ def queue_detail(request: HtmxHttpRequest, queue_id: int) -> HttpResponse:
     queue, membership = get_queue_for_user(request, queue_id)
     user = signed_in_user(request)
     found = agreement(queue) if membership.can_edit else None
-    items = (
-        {i.pk: i for i in queue.items.filter(pk__in=[d["item"] for d in found.disputed])}
-        if found
-        else {}
-    )
+    items = {}
+    if found:
+        chosen = queue.items.filter(pk__in=[d["item"] for d in found.disputed])
+        items = {i.pk: i for i in chosen.select_related("step")}
+        if queue.blind and service.may_work(queue, user):
+            # a blind queue's worker sees no one's verdicts on an item before their own
+            found.disputed = [
+                d
+                for d in found.disputed
+                if service.has_submitted(queue, items[d["item"]].step, user)
+            ]
     return render(
         request,
         "queues/detail.html",
@@ -101,11 +107,18 @@ def queue_detail(request: HtmxHttpRequest, queue_id: int) -> HttpResponse:
 def queue_adjudicate(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     """Every annotation of a queue item side by side, and the adjudicator's final decision."""
     from inference.judge import DIMENSIONS
-    from studio.models import Adjudication, QueueItem, StepAnnotation, Verdict
-    from studio.services.agreement import AlreadyDecided, adjudicate
+    from studio.models import Adjudication, QueueClaim, QueueItem, StepAnnotation, Verdict
+    from studio.services.agreement import AlreadyDecided, OwnItem, adjudicate
 
     item = get_object_or_404(QueueItem.objects.select_related("queue__project", "step"), pk=item_id)
     _, membership = get_project_for_user(request, item.queue.project_id, edit=True)
+    user = signed_in_user(request)
+    if (
+        item.queue.blind
+        and service.may_work(item.queue, user)
+        and not service.has_submitted(item.queue, item.step, user)
+    ):
+        raise PermissionDenied("Submit your own annotation of this item first: the queue is blind.")
     error = ""
     if request.method == "POST":
         verdict = request.POST.get("verdict", "")
@@ -125,6 +138,8 @@ def queue_adjudicate(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
                 )
             except AlreadyDecided:
                 error = "this item was decided already: the first decision stands"
+            except OwnItem:
+                error = "you annotated this item: another adjudicator decides it"
             else:
                 messages.success(request, "Decided: this is the item's final verdict.")
                 return redirect("queue_adjudicate", item_id=item.pk)
@@ -137,7 +152,13 @@ def queue_adjudicate(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
             "item": item,
             "queue": item.queue,
             "trajectory": item.step.branch.trajectory,
-            "annotations": StepAnnotation.objects.filter(step=item.step).select_related("author"),
+            # the annotations the queue counts: those of the annotators who completed the item
+            "annotations": StepAnnotation.objects.filter(
+                step=item.step,
+                author__in=QueueClaim.objects.filter(item=item, done_at__isnull=False).values(
+                    "user"
+                ),
+            ).select_related("author"),
             "decision": Adjudication.objects.filter(item=item)
             .select_related("adjudicator")
             .first(),
