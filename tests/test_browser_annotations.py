@@ -19,7 +19,7 @@ def test_a_step_is_rated_judged_and_corrected_with_the_keyboard_only(
     login(page, "annotator")
     page.goto(f"{live_server.url}/trajectories/{trajectory.pk}/")
     page.locator(".annotate-step").nth(1).click()
-    page.wait_for_selector("#annotation-form")
+    page.wait_for_selector("#annotation-form[data-keys='ready']")
     page.keyboard.press("?")
     assert page.is_visible("#shortcuts")
     page.keyboard.press("?")
@@ -36,6 +36,7 @@ def test_a_step_is_rated_judged_and_corrected_with_the_keyboard_only(
     page.keyboard.press("Escape")
     page.keyboard.press("n")  # save, then the next step
     page.wait_for_url(f"**/steps/{steps[2].pk}/annotate/?branch=*")
+    page.wait_for_selector("#annotation-form[data-keys='ready']")
     note = StepAnnotation.objects.get(step=steps[1], author=project.users["annotator"])
     assert note.ratings == {
         "format": 5,
@@ -49,6 +50,7 @@ def test_a_step_is_rated_judged_and_corrected_with_the_keyboard_only(
     assert note.versions.count() == 1
     # back on the first one, its history and diff show
     page.goto(f"{live_server.url}/steps/{steps[1].pk}/annotate/")
+    page.wait_for_selector("#annotation-form[data-keys='ready']")
     assert "version 1" in page.inner_text("#annotation-history")
     assert "(and one more line)" in page.inner_text("#correction-diff")
     page.keyboard.press("a")

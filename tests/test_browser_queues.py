@@ -21,6 +21,7 @@ def work_through(page, live_server, queue, keys: str) -> int:
     page.click("#queue-start")
     done = 0
     while page.locator("#annotation-form").count():
+        page.wait_for_selector("#annotation-form[data-keys='ready']")  # the keys listen
         for key in keys:
             page.keyboard.press(key)
         page.keyboard.press("a")
@@ -50,7 +51,7 @@ def test_two_annotators_work_a_blind_queue_with_the_keyboard(browser, live_serve
     # the second annotator does not see the first one's work before submitting
     second.goto(f"{live_server.url}/queues/{queue.pk}/")
     second.click("#queue-start")
-    assert second.is_visible("#blind-note")
+    second.wait_for_selector("#blind-note")
     assert second.locator(".other-annotation").count() == 0
     assert work_through(second, live_server, queue, "23232") == 2
     assert StepAnnotation.objects.filter(verdict="accept").count() == 4

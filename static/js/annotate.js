@@ -78,4 +78,5 @@
     document.getElementById("annotation-then").value = "next";
   });
   show(0);
+  form.dataset.keys = "ready";  // the shortcuts listen from here on (tests wait for it)
 })();
