@@ -40,10 +40,10 @@ from studio.jobs import replies
 from studio.jobs.inflight import Flight, inflight
 from studio.jobs.runtime import claim, clear_pulse, single_writer_db
 from studio.jobs.simulation import (
-    _storable_json,
     explain_error,
     history_stream,
     make_backend_for,
+    step_row,
     storable,
 )
 from studio.models import Branch, JobStatus, SimulationJob, Step, Trajectory
@@ -144,21 +144,8 @@ class EpisodeSink:
 
     def step(self, sample: int, step: SimulatedStep) -> None:
         # kept, and written with the job's outcome in one transaction (`settle`)
-        self.step_row = Step(
-            branch_id=self.job.branch_id,
-            index=step.index,
-            action=storable(step.action),
-            observation=storable(step.observation),
-            state=step.state,
-            thinking=storable(step.thinking),
-            raw_output=storable(step.raw_output),
-            raw_prompt=step.raw_prompt,
-            provenance=step.provenance,
-            observation_source=step.observation_source,
-            parse_status=step.parse_status,
-            meta=_storable_json({**step.meta, "job": self.job.pk, **self.world_meta}),
-            timings=step.timings,
-        )
+        meta = {"job": self.job.pk, **self.world_meta}
+        self.step_row = step_row(self.job.branch_id, step, meta)
 
     def sample_finished(self, sample: int, status: str, error: str = "") -> None:
         pass  # no branch of its own: the job row says how it ended

@@ -215,6 +215,26 @@ def make_agent(job: SimulationJob, request: SimulationRequest) -> Agent | None:
 # ---- the sink that stores rows ----------------------------------------------------------
 
 
+def step_row(branch_id: int, step: SimulatedStep, meta: dict[str, Any]) -> Step:
+    """The (unsaved) row of a simulated step, its texts as the database can hold them;
+    `meta` is added to the step's own."""
+    return Step(
+        branch_id=branch_id,
+        index=step.index,
+        action=storable(step.action),
+        observation=storable(step.observation),
+        state=step.state,
+        thinking=storable(step.thinking),
+        raw_output=storable(step.raw_output),
+        raw_prompt=step.raw_prompt,
+        provenance=step.provenance,
+        observation_source=step.observation_source,
+        parse_status=step.parse_status,
+        meta=_storable_json({**step.meta, **meta}),
+        timings=step.timings,
+    )
+
+
 class OrmSink:
     """Steps become Step rows at once; live progress and figures go to the job row through
     the monitor thread (one write per tick); a finished future updates its branch."""
@@ -235,21 +255,8 @@ class OrmSink:
         self.monitor.set_live(sample, state)
 
     def step(self, sample: int, step: SimulatedStep) -> None:
-        Step.objects.create(
-            branch_id=self.branch_ids[sample],
-            index=step.index,
-            action=storable(step.action),
-            observation=storable(step.observation),
-            state=step.state,
-            thinking=storable(step.thinking),
-            raw_output=storable(step.raw_output),
-            raw_prompt=step.raw_prompt,
-            provenance=step.provenance,
-            observation_source=step.observation_source,
-            parse_status=step.parse_status,
-            meta=_storable_json({**step.meta, "job": self.job.pk, **self.world_meta}),
-            timings=step.timings,
-        )
+        meta = {"job": self.job.pk, **self.world_meta}
+        step_row(self.branch_ids[sample], step, meta).save(force_insert=True)
 
     def sample_finished(self, sample: int, status: str, error: str = "") -> None:
         self.monitor.drop_live(sample)
