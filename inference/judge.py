@@ -71,6 +71,42 @@ JUDGE_USER_TEMPLATE = """\
 ## Predicted observation (world model)
 {prediction}"""
 
+# Without a real observation to compare with (a future whose action the recorded trajectory
+# never took, a fictional world, a perturbation), only what needs no reference is scored.
+NO_REFERENCE_DIMENSIONS = ("consistency", "realism")
+
+NO_REFERENCE_SYSTEM_PROMPT = """\
+You grade a world model: a model that plays the environment of a software agent and writes the
+observation the environment would return after the agent's action. You see the interaction so
+far, the agent's latest action and the observation the world model predicted. No real
+observation exists for this action, so judge only what the history and the action let you
+judge.
+
+Score each dimension with an integer from 1 (very poor) to 5 (excellent):
+- consistency: it follows from the history and the action, and contradicts nothing shown
+  earlier (files created, pages visited, values returned).
+- realism: a real environment could have returned it: plausible content, length and detail,
+  the environment's own format, errors where the action is invalid.
+
+Think it through briefly, then end with exactly this block and nothing after it (each score an
+integer; strengths and weaknesses short phrases, possibly none):
+<final_evaluation>
+```json
+{"scores": {"consistency": 1-5, "realism": 1-5},
+ "strengths": ["..."], "weaknesses": ["..."]}
+```
+</final_evaluation>"""
+
+NO_REFERENCE_USER_TEMPLATE = """\
+## Interaction history (earlier turns)
+{history}
+
+## Current turn (the agent's action)
+{current}
+
+## Predicted observation (world model)
+{prediction}"""
+
 NO_OUTPUT = "No output"  # what the judge sees of a prediction with nothing left after parsing
 
 
@@ -100,15 +136,35 @@ def prediction_of(row: dict) -> str | None:
     return parse_prediction(gen).observation or NO_OUTPUT
 
 
+def dimensions_of(row: dict) -> tuple[str, ...]:
+    """What a row is judged on: the five dimensions, or two for a row marked `no_reference`
+    (the studio's simulated steps with no recorded observation to compare with)."""
+    return NO_REFERENCE_DIMENSIONS if row.get("no_reference") else DIMENSIONS
+
+
 def build_judge_messages(row: dict, *, history_chars: int | None = None) -> list[dict]:
     """The judge's prompt for one row: the whole history by default, as the reference sends
-    it; `history_chars` keeps only its last characters."""
+    it; `history_chars` keeps only its last characters. A `no_reference` row gets the prompt
+    without a reference observation (`response[turn_idx - 1]` is not read)."""
     turn = int(row["turn_idx"])
     prompts, responses = row["prompt"], row["response"]
     history = "\n\n".join(
         f"{prompts[i]}\n\n{responses[i]}" for i in range(turn - 1) if i < len(responses)
     )
     prediction = prediction_of(row)
+    if row.get("no_reference"):
+        return [
+            {"role": "system", "content": NO_REFERENCE_SYSTEM_PROMPT},
+            {
+                "role": "user",
+                "content": NO_REFERENCE_USER_TEMPLATE.format(
+                    history=_clip(history, history_chars, keep_end=True)
+                    or "(none: this is the first turn)",
+                    current=prompts[turn - 1],
+                    prediction=NO_OUTPUT if prediction is None else prediction,
+                ),
+            },
+        ]
     user = JUDGE_USER_TEMPLATE.format(
         history=_clip(history, history_chars, keep_end=True) or "(none: this is the first turn)",
         current=prompts[turn - 1],
@@ -129,7 +185,7 @@ class Judgement:
 
     @property
     def total(self) -> float:
-        return total_score(self.scores)
+        return sum(self.scores.values()) / len(self.scores)
 
 
 _I = re.IGNORECASE | re.DOTALL
@@ -197,9 +253,9 @@ def _phrases(value: Any) -> list[str]:
     return []
 
 
-def parse_judgement(text: str) -> Judgement:
-    """The judge's scores (and strengths, weaknesses) from its answer; JudgementError naming
-    what is missing when there are none."""
+def parse_judgement(text: str, dimensions: tuple[str, ...] = DIMENSIONS) -> Judgement:
+    """The judge's scores on `dimensions` (and strengths, weaknesses) from its answer;
+    JudgementError naming what is missing when there are none."""
     data = {
         str(k).strip().lower(): v for k, v in _json_object(_evaluation_text(text or "")).items()
     }
@@ -208,7 +264,7 @@ def parse_judgement(text: str) -> Judgement:
         source = {str(k).strip().lower(): v for k, v in nested.items()}
     else:
         source = data
-    scores = {dim: _score(source.get(dim), dim) for dim in DIMENSIONS}
+    scores = {dim: _score(source.get(dim), dim) for dim in dimensions}
     return Judgement(scores, _phrases(data.get("strengths")), _phrases(data.get("weaknesses")))
 
 
@@ -263,7 +319,7 @@ class Judge:
                 if usage is not None:
                     tokens[0] += usage.prompt_tokens or 0
                     tokens[1] += usage.completion_tokens or 0
-                judgement = parse_judgement(raw)
+                judgement = parse_judgement(raw, dimensions_of(row))
             except Exception as exc:  # noqa: BLE001 - API or parse failure: retry
                 errors.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
                 if attempt + 1 < self.attempts:

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from studio.models import EvaluationRun, ImportJob, JobStatus, SimulationJob
+from studio.models import EvaluationRun, ImportJob, JobStatus, JudgeJob, SimulationJob
 from studio.queues import queue_name
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ SIMULATION_TASK = "studio.run_simulation_job"
 EPISODE_STEP_TASK = "studio.run_episode_step"
 IMPORT_TASK = "studio.run_import_job"
 EVALUATION_TASK = "studio.run_evaluation"
+JUDGE_TASK = "studio.run_judge_job"
 PROBE_TASK = "studio.probe_endpoint"
 
 
@@ -102,6 +103,18 @@ def run_evaluation(self, run_id: int) -> None:
         release_memory()
 
 
+@shared_task(name=JUDGE_TASK, **JOB_TASK_OPTIONS)
+def run_judge_job(self, job_id: int) -> None:
+    from studio.jobs.judging import run_judge_job as body
+    from studio.jobs.runtime import drop_failed_connection
+
+    drop_failed_connection()
+    try:
+        body(job_id, self.request.id or "")
+    finally:
+        release_memory()
+
+
 @shared_task(name=PROBE_TASK, ignore_result=True, soft_time_limit=600, time_limit=660)
 def probe_endpoint(endpoint_id: int) -> None:
     from studio.jobs.endpoint_probe import probe_in_process_endpoint
@@ -149,6 +162,8 @@ def _send(model: JobModel, pk: int, previous: str | None) -> bool:
             run_evaluation,
             EvaluationRun.objects.values_list("queue", flat=True).get(pk=pk),
         )
+    elif model is JudgeJob:
+        task, queue = run_judge_job, JudgeJob.objects.values_list("queue", flat=True).get(pk=pk)
     else:
         task, queue = run_import_job, queue_name("default")
     try:
@@ -180,6 +195,10 @@ def _publish_episode_step(pk: int, queue: str, message_id: str) -> None:
 
 def enqueue_evaluation(run: EvaluationRun) -> None:
     transaction.on_commit(lambda: _send(EvaluationRun, run.pk, None))
+
+
+def enqueue_judging(job: JudgeJob) -> None:
+    transaction.on_commit(lambda: _send(JudgeJob, job.pk, None))
 
 
 def enqueue_import(job: ImportJob) -> None:

@@ -29,4 +29,6 @@ urlpatterns = [
     path("", include("studio.views.evaluations")),
     path("", include("studio.views.annotations")),
     path("", include("studio.views.queues")),
+    path("", include("studio.views.judging")),
+    path("", include("studio.views.datasets")),
 ]

@@ -36,6 +36,13 @@ class QueueForm(forms.Form):
     )
     tag = forms.CharField(max_length=100, required=False, help_text="A trajectory tag")
     world = forms.ChoiceField(choices=[], required=False, help_text="Steps simulated in a world")
+    judge_below = forms.FloatField(
+        required=False,
+        min_value=1.0,
+        max_value=5.0,
+        label="Judge score below",
+        help_text="Only steps whose newest judge total (1-5) is below this; blank: any",
+    )
     branches = forms.CharField(required=False, widget=forms.HiddenInput)
     limit = forms.IntegerField(min_value=1, max_value=MAX_ITEMS, initial=200, label="At most")
 
@@ -83,6 +90,7 @@ class QueueForm(forms.Form):
             malformed=c["malformed"],
             tag=c["tag"].strip(),
             world=c["world"] or "",
+            judge_below=c.get("judge_below"),
             branches=c["branches"],
             limit=c["limit"],
         )

@@ -100,6 +100,10 @@ class Row:
     turn: int
     prompt: list[str]
     response: list[str]
+    # how many turns the row's own lists held, and its `total_turns` (kept after its lists
+    # are dropped, so an export writes the row back as it was)
+    turns: int = 0
+    total: int | None = None
 
 
 @dataclass
@@ -146,7 +150,10 @@ def read_row(where: Where, record) -> Row:
         raise where.fail("turn_idx", f"must be between 1 and {len(prompt)} (the prompts given)")
     if turn > len(response):
         raise where.fail("response", f"must hold the observation of turn {turn}")
-    return Row(where, str(row_id), task, system, turn, prompt, response)
+    total = record.get("total_turns")
+    total = total if isinstance(total, int) and not isinstance(total, bool) else None
+    turns = min(len(prompt), len(response))
+    return Row(where, str(row_id), task, system, turn, prompt, response, turns, total)
 
 
 def group_rows(rows: Iterable[Row]) -> list[Group]:
@@ -160,7 +167,9 @@ def group_rows(rows: Iterable[Row]) -> list[Group]:
         hashes = _prefix_hashes(row)
         group = owner.get(hashes[-1])
         if group is not None and group.alive:
-            group.rows.append(Row(row.where, row.id, row.task, row.system, row.turn, [], []))
+            group.rows.append(
+                Row(row.where, row.id, row.task, row.system, row.turn, [], [], row.turns, row.total)
+            )
             continue
         group = Group(longest=row, first=position, rows=[row])
         for turns, h in enumerate(hashes[:-1], start=1):
@@ -187,7 +196,7 @@ def build(group: Group) -> ParsedTrajectory:
     longest = group.longest
     rows = sorted(group.rows, key=lambda r: r.turn)
     turns = min(len(longest.prompt), len(longest.response))
-    row_of_turn = {r.turn: r.id for r in rows}
+    row_of_turn = {r.turn: r for r in rows}
     instruction = ""
     steps = []
     for i in range(turns):
@@ -198,7 +207,11 @@ def build(group: Group) -> ParsedTrajectory:
         if "Historical Context" in sections:
             meta["historical_context"] = sections["Historical Context"]
         if (i + 1) in row_of_turn:
-            meta["row_id"] = row_of_turn[i + 1]
+            row = row_of_turn[i + 1]
+            meta["row_id"] = row.id
+            meta["row_turns"] = row.turns
+            if row.total is not None:
+                meta["row_total_turns"] = row.total
         steps.append(
             ParsedStep(
                 action=sections.get("Action", ""),

@@ -35,15 +35,15 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from studio.models import Branch, EvaluationRun, ImportJob, JobStatus, SimulationJob
+from studio.models import Branch, EvaluationRun, ImportJob, JobStatus, JudgeJob, SimulationJob
 from studio.models.trajectories import BranchStatus
 
-JobModel = type[ImportJob] | type[SimulationJob] | type[EvaluationRun]
+JobModel = type[ImportJob] | type[SimulationJob] | type[EvaluationRun] | type[JudgeJob]
 
 
 def cancellable(model: JobModel) -> bool:
     """Jobs a user can stop while they run (they have cancel_requested and a phase)."""
-    return model is SimulationJob or model is EvaluationRun
+    return model is SimulationJob or model is EvaluationRun or model is JudgeJob
 
 
 log = logging.getLogger(__name__)
@@ -159,12 +159,14 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
     message = WORKER_LOST_MESSAGE.format(age=age)
     if model is EvaluationRun:  # its button is Resume, and it keeps what it finished
         message = message.replace("use Retry.", "use Resume (its finished samples are kept).")
+    if model is JudgeJob:
+        message = message.replace("use Retry.", "use Resume (the steps it judged are kept).")
     if reached_hard_limit(row):
         message = HARD_LIMIT_MESSAGE.format(limit=settings.STUDIO_JOB_HARD_LIMIT_S)
-        if model is EvaluationRun:
+        if model is EvaluationRun or model is JudgeJob:
             message = (
                 f"Stopped at the time limit ({settings.STUDIO_JOB_HARD_LIMIT_S} s, "
-                "STUDIO_JOB_HARD_LIMIT_S); its finished samples are kept: use Resume."
+                "STUDIO_JOB_HARD_LIMIT_S); what it finished is kept: use Resume."
             )
     extra: dict[str, Any] = {}
     if cancellable(model):

@@ -7,9 +7,11 @@ from studio.models.annotations import (
     StepAnnotation,
     Verdict,
 )
+from studio.models.datasets import Dataset, DatasetItem, DatasetVersion
 from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
 from studio.models.evaluations import EvaluationRun, EvaluationSample, SampleStage
 from studio.models.jobs import ImportJob, JobStatus, SimulationJob
+from studio.models.judging import JudgeJob, JudgeTarget, StepJudgement
 from studio.models.perturbations import Perturbation
 from studio.models.projects import Membership, Project, Role
 from studio.models.tokens import ApiToken
@@ -32,6 +34,9 @@ __all__ = [
     "AnnotationVersion",
     "ApiToken",
     "DOMAINS",
+    "Dataset",
+    "DatasetItem",
+    "DatasetVersion",
     "Branch",
     "BranchOrigin",
     "Domain",
@@ -41,6 +46,8 @@ __all__ = [
     "EvaluationSample",
     "ImportJob",
     "JobStatus",
+    "JudgeJob",
+    "JudgeTarget",
     "Membership",
     "ModelEndpoint",
     "ObservationSource",
@@ -53,6 +60,7 @@ __all__ = [
     "SampleStage",
     "SimulationJob",
     "Step",
+    "StepJudgement",
     "StepAnnotation",
     "Tag",
     "Trajectory",

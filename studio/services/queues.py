@@ -48,6 +48,7 @@ class QueueData:
     limit: int = 200
     branches: tuple[int, ...] = field(default_factory=tuple)  # a compare view's branches
     world: str = ""  # steps simulated in this world
+    judge_below: float | None = None  # steps whose newest judge total is below this (1-5)
 
     def describe(self) -> str:
         parts = [f"steps of {ORIGINS.get(self.origin, self.origin)}"]
@@ -61,6 +62,8 @@ class QueueData:
             parts.append(f"tagged {self.tag}")
         if self.world:
             parts.append(f"in the world {self.world}")
+        if self.judge_below is not None:
+            parts.append(f"judge score below {self.judge_below:g}")
         if self.branches:
             parts = [f"the steps of {len(self.branches)} compared branches"]
         return ", ".join(parts) + f"; at most {self.limit}"
@@ -84,6 +87,10 @@ def steps_for(project: Project, data: QueueData):
         rows = rows.filter(branch__trajectory__tags__name=data.tag)
     if data.world:
         rows = rows.filter(meta__world__name=data.world)
+    if data.judge_below is not None:
+        from studio.services.judging import steps_judged_below
+
+        rows = rows.filter(pk__in=steps_judged_below(project, data.judge_below).values("pk"))
     return rows.exclude(observation="").order_by("branch__trajectory_id", "branch_id", "index")
 
 

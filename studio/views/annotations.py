@@ -14,8 +14,9 @@ from django.views.decorators.http import require_http_methods
 from inference.judge import DIMENSIONS
 from studio.access import get_step_for_user, signed_in_user
 from studio.http import HtmxHttpRequest
-from studio.models import AnnotationQueue, Branch, Step, StepAnnotation, Verdict
+from studio.models import AnnotationQueue, Branch, Dataset, Step, StepAnnotation, Verdict
 from studio.services import annotations as service
+from studio.services.judging import latest_judgements
 
 
 def _branch_of(request: HtmxHttpRequest, step: Step) -> Branch:
@@ -129,6 +130,10 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
         # a blind queue shows the others' work only once one's own is in
         "blind": queues.blind_for(step, user),
         "others": service.annotations_of(step).exclude(author=user),
+        "judgement": latest_judgements([step.pk]).get(step.pk),
+        "dataset_names": list(
+            Dataset.objects.filter(project=trajectory.project).values_list("name", flat=True)
+        ),
         "versions": versions,
         "seen_version": versions[0].number if versions else 0,
         "next_step": following,

@@ -99,8 +99,20 @@ def queue_detail(request: HtmxHttpRequest, queue_id: int) -> HttpResponse:
             "agreement": found,
             "alpha_rows": list(found.alpha.items()) if found else [],
             "disputed": [{**d, "item": items[d["item"]]} for d in found.disputed] if found else [],
+            "versus": _judge_vs_human(queue) if membership.can_edit else None,
         },
     )
+
+
+def _judge_vs_human(queue: AnnotationQueue):
+    """The judge against people over the queue's items (None: the judge scored none)."""
+    from studio.models import StepJudgement
+    from studio.services.judging import judge_vs_human
+
+    steps = queue.items.values("step_id")
+    if not StepJudgement.objects.filter(step_id__in=steps, ok=True).exists():
+        return None
+    return judge_vs_human(queue.items.values_list("step_id", flat=True))
 
 
 @require_http_methods(["GET", "POST"])

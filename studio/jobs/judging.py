@@ -1,0 +1,169 @@
+"""A judge job in the worker: score each simulated step of its target with the judge model,
+`concurrency` requests at a time in threads that only call the judge; this thread writes each
+step's judgement the moment it is in, so a worker that dies loses no finished judgement and a
+retried job skips the steps it already judged."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from django.db import IntegrityError
+from django.db.models import F
+
+from inference.judge import Judge
+from studio.jobs.runtime import JobMonitor, claim, finish
+from studio.models import JobStatus, JudgeJob, StepJudgement
+from studio.services.judging import JudgeItem, items_for, judged_steps, target_steps
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 300
+
+
+class JudgingError(Exception):
+    pass
+
+
+def _judge(job: JudgeJob) -> Judge:
+    from studio.services.endpoints import key_for_job
+
+    params = job.params or {}
+    return Judge(
+        base_url=job.judge_base_url,
+        model=job.judge_model,
+        api_key=key_for_job(job.judge_endpoint, job.judge_base_url, env="JUDGE_MODEL_API_KEY"),
+        temperature=float(params.get("temperature", 0.6)),
+        max_tokens=int(params.get("max_tokens", 32768)),
+        timeout=REQUEST_TIMEOUT_S,
+        attempts=2,
+    )
+
+
+def _save(job: JudgeJob, item: JudgeItem, out: dict[str, Any]) -> bool:
+    """The step's judgement; True when it was judged (False: failed)."""
+    meta = out.get("judge") or {}
+    ok = out.get("failed") == 0.0
+    fields: dict[str, Any] = {
+        "judge_model": job.judge_model,
+        "reference_id": item.reference.pk if item.reference is not None else None,
+        "ok": ok,
+        "scores": out.get("scores") or {},
+        "total_score": round(float(out["total_score"]), 3) if ok else None,
+        "strengths": out.get("strengths") or [],
+        "weaknesses": out.get("weaknesses") or [],
+        "raw": meta.get("raw", "") or "",
+        "error": "" if ok else ("; ".join(meta.get("errors") or []) or out.get("error", ""))[:2000],
+    }
+    try:
+        StepJudgement.objects.create(job_id=job.pk, step_id=item.step.pk, **fields)
+    except IntegrityError:  # another worker saved it (this one was taken for lost)
+        return ok
+    counter = "steps_judged" if ok else "steps_failed"
+    JudgeJob.objects.filter(pk=job.pk).update(
+        **{counter: F(counter) + 1},
+        judge_tokens_in=F("judge_tokens_in") + meta.get("tokens_in", 0),
+        judge_tokens_out=F("judge_tokens_out") + meta.get("tokens_out", 0),
+        judge_s=F("judge_s") + round(out.get("_s", 0.0), 4),
+    )
+    return ok
+
+
+def run_judge_job(job_id: int, message_id: str = "") -> None:
+    """The body of the Celery task: claim, judge what is left, and end in a final state, or,
+    when the task's time is nearly up, hand the rest to a new message of itself (as an
+    evaluation does), so a long job needs no one to resume it."""
+    from studio.jobs.evaluations import task_budget_s
+
+    deadline = time.monotonic() + task_budget_s()
+    job = claim(JudgeJob, job_id, message_id, phase="judging")
+    if job is None:
+        return
+    status, error, handed_over = JobStatus.SUCCEEDED, "", False
+    with JobMonitor(JudgeJob, job.pk) as monitor:
+        try:
+            total = target_steps(job).count()
+            todo = judged_steps(job).exclude(judgements__job_id=job.pk)
+            to_judge = judged_steps(job).count()
+            done_before = to_judge - todo.count()
+            JudgeJob.objects.filter(pk=job.pk).update(
+                steps_total=to_judge, steps_skipped=total - to_judge
+            )
+            judge = _judge(job)
+            done = done_before
+            judged_now = 0
+
+            def work(item: JudgeItem) -> dict[str, Any]:
+                started = time.monotonic()
+                out = judge.judge_row(item.row)
+                out["_s"] = time.monotonic() - started
+                return out
+
+            in_flight: dict[Future, JudgeItem] = {}
+
+            def drain_one() -> None:
+                nonlocal done, judged_now
+                finished, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                for future in finished:
+                    item = in_flight.pop(future)
+                    try:
+                        out = future.result()
+                    except Exception as exc:  # noqa: BLE001 - that step fails, the job goes on
+                        log.exception("judge job %s: step %s failed", job.pk, item.step.pk)
+                        out = {"failed": 1.0, "error": f"{type(exc).__name__}: {exc}"}
+                    judged_now += _save(job, item, out)
+                    done += 1
+                    monitor.set_job(progress=min(0.99, done / max(1, to_judge)))
+
+            with ThreadPoolExecutor(max_workers=job.concurrency) as pool:
+                for item in items_for(todo.iterator(chunk_size=500)):
+                    if monitor.cancel_requested:
+                        break
+                    if time.monotonic() > deadline:
+                        handed_over = True
+                        break
+                    while len(in_flight) >= job.concurrency:
+                        drain_one()
+                    in_flight[pool.submit(work, item)] = item
+                while in_flight:
+                    drain_one()
+            if monitor.cancel_requested:
+                status = JobStatus.CANCELLED
+            elif handed_over:
+                pass
+            elif not StepJudgement.objects.filter(job_id=job.pk, ok=True).exists():
+                first = (
+                    StepJudgement.objects.filter(job_id=job.pk, ok=False)
+                    .values_list("error", flat=True)
+                    .first()
+                )
+                raise JudgingError(
+                    f"no step was judged: every one of the {to_judge} failed"
+                    + (f" (the first: {first})" if first else "")
+                )
+        except Exception as exc:  # noqa: BLE001 - the row says what went wrong
+            if not isinstance(exc, JudgingError):
+                log.exception("judge job %s failed", job.pk)
+            status = JobStatus.FAILED
+            error = (
+                str(exc)
+                if isinstance(exc, JudgingError)
+                else f"Judging failed ({type(exc).__name__}): {exc}. Finished judgements are kept."
+            )
+    mine = JudgeJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING, claimed_by=message_id)
+    if handed_over and status == JobStatus.SUCCEEDED:
+        from studio.tasks import redispatch
+
+        if mine.update(status=JobStatus.QUEUED, phase="queued"):
+            redispatch(JudgeJob, job.pk, previous=job.message_id)
+        return
+    phase = {"succeeded": "done", "cancelled": "cancelled"}.get(str(status), "failed")
+    fields: dict[str, Any] = {"phase": phase, "error": error}
+    if status == JobStatus.SUCCEEDED:
+        fields["progress"] = 1.0
+    if not mine.exists():
+        log.warning("judge job %s ended elsewhere meanwhile; this worker leaves it", job.pk)
+        return
+    finish(JudgeJob, job.pk, status, **fields)

@@ -1,0 +1,526 @@
+"""Datasets: named, versioned selections of steps for training, and their export.
+
+A version is made from a queue's accepted items, from a filter (the queue filters) or from
+hand-picked steps added to the latest version. Each item keeps the corrected observation it
+was chosen with (the newest correction any annotator saved on the step), so an export is the
+same whatever happens to the annotations later. An item whose step was deleted since is left
+out of exports, and the export says how many.
+
+Exports stream: items are read in position order, one branch's path in memory at a time, and
+each row is written as soon as it is made (`write_rows`); memory stays flat in the dataset's
+size. The row shapes are `studio.exports.formats`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import IO, Any
+
+from django.db import connection, transaction
+
+from inference.prompts import build_system_prompt
+from studio.exports.examples import Example, ExportTurn
+from studio.exports.formats import FORMATS, ExportOptions, dataset_info_entry, row_for
+from studio.models import (
+    Adjudication,
+    AnnotationQueue,
+    Branch,
+    BranchOrigin,
+    Dataset,
+    DatasetItem,
+    DatasetVersion,
+    ObservationSource,
+    Project,
+    QueueClaim,
+    Step,
+    StepAnnotation,
+    Trajectory,
+    Verdict,
+)
+from studio.services.queues import QueueData, steps_for
+
+MAX_ITEMS = 200_000
+MAX_LOADED_STEPS = 20_000  # steps of branch paths an export holds at once, about
+STEP_COLUMNS = (
+    "pk", "branch_id", "index", "action", "observation", "state", "thinking", "raw_prompt",
+    "observation_source", "meta",
+)  # fmt: skip
+
+
+class DatasetError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SelectionData:
+    """A validated request for a new version (`studio.forms.datasets.DatasetForm` makes it):
+    the steps of `queue`'s accepted items, or of the `filter`, or `steps` added to the latest
+    version."""
+
+    name: str
+    description: str = ""
+    queue: AnnotationQueue | None = None
+    with_fixed: bool = True  # a queue's "needs fix" items that have a correction count too
+    filter: QueueData | None = None
+    steps: tuple[int, ...] = field(default_factory=tuple)
+
+
+# ---- choosing steps -----------------------------------------------------------------------
+
+
+def accepted_steps(queue: AnnotationQueue, *, with_fixed: bool = True) -> list[int]:
+    """The queue's items whose final verdict accepts them, in queue order: an adjudicator's
+    decision where there is one, else the verdict every annotator who completed the item
+    gave. With `with_fixed`, items whose final verdict is "needs fix" count when the step has
+    a corrected observation (the correction is what is trained on)."""
+    items = list(queue.items.values_list("pk", "step_id"))
+    decided = dict(Adjudication.objects.filter(item__queue=queue).values_list("item_id", "verdict"))
+    done = {
+        (item, user)
+        for item, user in QueueClaim.objects.filter(
+            item__queue=queue, done_at__isnull=False
+        ).values_list("item_id", "user_id")
+    }
+    step_of = dict(items)
+    verdicts: dict[int, set[str]] = {}
+    rows = StepAnnotation.objects.filter(step_id__in=step_of.values()).values_list(
+        "step_id", "author_id", "verdict"
+    )
+    item_of = {step: item for item, step in items}
+    for step_id, author, verdict in rows:
+        item = item_of[step_id]
+        if (item, author) in done:
+            verdicts.setdefault(item, set()).add(verdict)
+    corrected = set(corrections(step_of.values()))
+    chosen = []
+    for item, step_id in items:
+        final = decided.get(item)
+        if final is None:
+            given = verdicts.get(item, set())
+            final = next(iter(given)) if len(given) == 1 else None
+        if final == Verdict.ACCEPT or (
+            with_fixed and final == Verdict.NEEDS_FIX and step_id in corrected
+        ):
+            chosen.append(step_id)
+    return chosen
+
+
+def corrections(step_ids: Iterable[int]) -> dict[int, str]:
+    """The newest corrected observation saved on each step (steps without one are absent)."""
+    found: dict[int, str] = {}
+    rows = (
+        StepAnnotation.objects.filter(step_id__in=list(step_ids))
+        .exclude(corrected_observation="")
+        .order_by("step_id", "-updated_at", "-id")
+        .values_list("step_id", "corrected_observation")
+    )
+    for step_id, text in rows:
+        found.setdefault(step_id, text)
+    return found
+
+
+def _chosen_steps(project: Project, data: SelectionData) -> tuple[list[int], str]:
+    if data.queue is not None:
+        ids = accepted_steps(data.queue, with_fixed=data.with_fixed)
+        kind = "accepted" + (" and fixed" if data.with_fixed else "")
+        return ids, f"the {kind} items of queue {data.queue.name!r}"
+    if data.filter is not None:
+        ids = list(
+            steps_for(project, data.filter)
+            .values_list("pk", flat=True)
+            .distinct()[: data.filter.limit]
+        )
+        return ids, data.filter.describe()
+    found = set(
+        Step.objects.filter(pk__in=data.steps, branch__trajectory__project=project).values_list(
+            "pk", flat=True
+        )
+    )
+    missing = [pk for pk in data.steps if pk not in found]
+    if missing:
+        raise DatasetError(f"step {missing[0]} is not one of this project's")
+    return list(
+        data.steps
+    ), f"{len(data.steps)} hand-picked step{'s' if len(data.steps) != 1 else ''}"
+
+
+def create_version(project: Project, user, data: SelectionData) -> DatasetVersion:
+    """A new version of the dataset `data.name` (made when new): its steps and their
+    corrections, all written or none. Hand-picked steps are added to the latest version's."""
+    ids, source = _chosen_steps(project, data)
+    with transaction.atomic():
+        dataset, _ = Dataset.objects.get_or_create(
+            project=project,
+            name=data.name,
+            defaults={"created_by": user, "description": data.description},
+        )
+        Dataset.objects.select_for_update().filter(pk=dataset.pk).first()  # one version at a time
+        previous = dataset.versions.order_by("-number").first()
+        keep: list[tuple[int | None, str, bool]] = []
+        if data.steps and previous is not None:
+            kept = previous.items.order_by("position").values_list(
+                "step_id", "observation", "corrected"
+            )
+            keep = [k for k in kept if k[0] not in set(ids)]
+            source = f"v{previous.number} + {source}"
+        if not ids and not keep:
+            raise DatasetError(f"no step to put in the dataset: {source} holds none")
+        if len(ids) + len(keep) > MAX_ITEMS:
+            raise DatasetError(
+                f"a version holds at most {MAX_ITEMS} steps ({source} has {len(ids)})"
+            )
+        fixes = corrections(ids)
+        number = (previous.number if previous else 0) + 1
+        version = DatasetVersion.objects.create(
+            dataset=dataset, number=number, source=source[:500], created_by=user
+        )
+        rows = [
+            DatasetItem(
+                version=version, position=i, step_id=step, observation=text, corrected=fixed
+            )
+            for i, (step, text, fixed) in enumerate(
+                [*keep, *((pk, fixes.get(pk, ""), pk in fixes) for pk in ids)]
+            )
+        ]
+        DatasetItem.objects.bulk_create(rows, batch_size=2000)
+        DatasetVersion.objects.filter(pk=version.pk).update(
+            item_count=len(rows), corrected_count=sum(r.corrected for r in rows)
+        )
+        version.item_count, version.corrected_count = len(rows), sum(r.corrected for r in rows)
+    return version
+
+
+def delete_dataset(dataset: Dataset) -> None:
+    dataset.delete()
+
+
+# ---- examples -----------------------------------------------------------------------------
+
+
+def _export_turn(
+    row: tuple, correction: str | None, meta: dict[str, Any], from_file: bool = False
+) -> ExportTurn:
+    """A step (a `STEP_COLUMNS` row, its meta decoded) as an export turn. A corrected step
+    keeps no world-model thinking: it reasoned towards the observation that was replaced."""
+    _, _, index, action, observation, state, thinking, raw_prompt, source, _ = row
+    corrected = correction is not None
+    return ExportTurn(
+        index=index,
+        action=action,
+        observation=correction if correction is not None else observation,
+        corrected=corrected,
+        state=state,
+        thinking=thinking,
+        thinking_is_world_model=source
+        in (ObservationSource.SIMULATED, ObservationSource.PERTURBED),
+        raw_prompt=raw_prompt,
+        raw_response="" if corrected else (meta.get("raw_response") or ""),
+        tool_name=str(meta.get("tool_name") or ""),
+        call_id=str(meta.get("call_id") or ""),
+        final=source == ObservationSource.NONE,
+        meta={"awb_source": True} if from_file else {},
+    )
+
+
+BRANCH_COLUMNS = (
+    "pk", "trajectory_id", "parent_id", "origin", "lineage", "trajectory__domain",
+    "trajectory__title", "trajectory__task_instruction", "trajectory__system_prompt",
+    "trajectory__tools", "trajectory__metadata", "trajectory__source_format",
+    "job__world_version_id",
+)  # fmt: skip
+
+
+def _plain_rows(queryset: Any) -> list[tuple]:
+    """The rows of a `values_list` queryset as the driver gives them: JSON columns stay text
+    (decoded by `_json` where read), which spares Django's per-value converters, most of
+    the time of reading a dataset's steps."""
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _world_prompts(rows: list[tuple]) -> dict[int, tuple[str, list[Any]]]:
+    """The system prompt and tools of each branch simulated in a fictional world (its job's
+    world version, or the world its trajectory was started in), as the simulation composed
+    them (`jobs.simulation.world_context`)."""
+    from inference.worlds import compose
+    from studio.models import WorldVersion
+
+    wanted: dict[int, int] = {}
+    for r in rows:
+        version_id = r[12]
+        if version_id is None and r[11] in ("world", "episode"):
+            world = _json(r[10], {}).get("world") or {}
+            world_id, number = world.get("id"), world.get("version")
+            if isinstance(world_id, int) and isinstance(number, int):
+                version_id = (
+                    WorldVersion.objects.filter(world_id=world_id, number=number)
+                    .values_list("pk", flat=True)
+                    .first()
+                )
+        if version_id is not None:
+            wanted[r[0]] = version_id
+    composed: dict[int, tuple[str, list[Any]]] = {}
+    for version in WorldVersion.objects.filter(pk__in=set(wanted.values())):
+        spec = version.spec()
+        composed[version.pk] = (compose(spec).system_prompt, list(spec.tools))
+    return {pk: composed[v] for pk, v in wanted.items() if v in composed}
+
+
+def _json(value: Any, empty: Any) -> Any:
+    if value is None or value in ("{}", "[]", ""):
+        return empty
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@dataclass(slots=True)
+class _BranchFacts:
+    pk: int
+    trajectory_id: int
+    parent_id: int | None
+    origin: str
+    lineage: list[list[int]]
+
+
+@dataclass(slots=True)
+class _TrajectoryFacts:
+    pk: int
+    domain: str
+    title: str
+    task_instruction: str
+    system_prompt: str
+    tools: list[Any]
+    tags: list[str]
+    awb_task: str
+
+
+@dataclass(slots=True)
+class _BranchContext:
+    branch: _BranchFacts
+    trajectory: _TrajectoryFacts
+    steps: list[ExportTurn]
+    position: dict[int, int]  # step index -> position in `steps`
+    metas: dict[int, dict[str, Any]]  # step index -> the step's meta (its AWB row facts)
+
+
+def _contexts(
+    branch_ids: Iterable[int],
+    version: DatasetVersion | None,
+    known: dict[int, str | None] | None = None,
+) -> dict[int, _BranchContext]:
+    """The path of each branch as export turns, in a fixed number of queries whatever the
+    number of branches: the observation of each step the version holds with a correction is
+    that correction (in the history of later steps too). `known`: the version's items already
+    read (step id -> its correction, or None), so only the other steps are looked up."""
+    rows = _plain_rows(Branch.objects.filter(pk__in=list(branch_ids)).values_list(*BRANCH_COLUMNS))
+    branches = {
+        r[0]: _BranchFacts(r[0], r[1], r[2], r[3], _json(r[4], []) or [[r[0], 0]]) for r in rows
+    }
+    trajectories = {r[1]: r[5:12] for r in rows}
+    worlds = _world_prompts(rows)
+    lineages = {pk: b.lineage for pk, b in branches.items()}
+    segments = {seg for lineage in lineages.values() for seg, _ in lineage}
+    rows_of_branch: dict[int, list[tuple]] = {}
+    steps = Step.objects.filter(branch_id__in=segments).order_by("branch_id", "index")
+    for row in _plain_rows(steps.values_list(*STEP_COLUMNS)):
+        rows_of_branch.setdefault(row[1], []).append(row)
+    known = known or {}
+    fixes: dict[int, str] = {pk: text for pk, text in known.items() if text is not None}
+    if version is not None:
+        others = [r[0] for rows in rows_of_branch.values() for r in rows if r[0] not in known]
+        if others:
+            fixes.update(
+                version.items.filter(corrected=True, step_id__in=others).values_list(
+                    "step_id", "observation"
+                )
+            )
+    tags: dict[int, list[str]] = {pk: [] for pk in trajectories}
+    through = Trajectory.tags.through.objects.filter(trajectory_id__in=list(trajectories))
+    for trajectory_id, name in through.order_by("tag__name").values_list(
+        "trajectory_id", "tag__name"
+    ):
+        tags[trajectory_id].append(name)
+    facts: dict[int, _TrajectoryFacts] = {}
+    for pk, (domain, title, task, system, tools, metadata, source_format) in trajectories.items():
+        tools = _json(tools, [])
+        awb = _json(metadata, {}).get("agentworldbench") or {}
+        facts[pk] = _TrajectoryFacts(
+            pk=pk,
+            domain=domain,
+            title=title,
+            task_instruction=task or "",
+            # as `simulation.system_prompt_for`: the stored prompt, else the domain's template
+            system_prompt=system or build_system_prompt(domain, tools or None),
+            tools=tools,
+            tags=tags[pk],
+            awb_task=str(awb.get("task") or "") if source_format == "agentworldbench" else "",
+        )
+    found = {}
+    for pk, branch in branches.items():
+        lineage = lineages[pk]
+        path: list[tuple] = []
+        for i, (seg, begin) in enumerate(lineage):
+            stop = lineage[i + 1][1] if i + 1 < len(lineage) else None
+            path += [
+                r
+                for r in rows_of_branch.get(seg, ())
+                if r[2] >= begin and (stop is None or r[2] < stop)
+            ]
+        metas = [_json(r[9], {}) for r in path]
+        trajectory = facts[branch.trajectory_id]
+        if pk in worlds:  # simulated in a fictional world: its prompt and tools, as it ran
+            system_prompt, tools = worlds[pk]
+            trajectory = replace(trajectory, system_prompt=system_prompt, tools=tools)
+        # a turn of an AgentWorldBench file's own trajectory: written back only where the
+        # file had a row for it (`awb_row`), never as a row made up for the others
+        from_file = bool(trajectory.awb_task) and branch.parent_id is None
+        found[pk] = _BranchContext(
+            branch=branch,
+            trajectory=trajectory,
+            steps=[
+                _export_turn(r, fixes.get(r[0]), m, from_file)
+                for r, m in zip(path, metas, strict=True)
+            ],
+            position={r[2]: i for i, r in enumerate(path)},
+            metas={r[2]: m for r, m in zip(path, metas, strict=True)},
+        )
+    return found
+
+
+def _example(ctx: _BranchContext, index: int) -> Example:
+    at = ctx.position[index]
+    meta = ctx.metas[index]
+    t = ctx.trajectory
+    awb_row = None
+    # the file's own row, written back as it was: only on the recorded branch it came from
+    if (
+        t.awb_task
+        and ctx.branch.parent_id is None
+        and ctx.branch.origin == BranchOrigin.RECORDED
+        and "row_id" in meta
+    ):
+        awb_row = {
+            "task": t.awb_task,
+            "id": meta["row_id"],
+            "row_turns": int(meta.get("row_turns") or len(ctx.steps)),
+            "total_turns": int(meta.get("row_total_turns") or len(ctx.steps)),
+        }
+    return Example(
+        trajectory_id=t.pk,
+        branch_id=ctx.branch.pk,
+        domain=t.domain,
+        title=t.title,
+        task_instruction=t.task_instruction,
+        system_prompt=t.system_prompt,
+        tools=t.tools,
+        steps=ctx.steps,
+        position=at,
+        tags=t.tags,
+        awb_row=awb_row,
+    )
+
+
+@dataclass
+class ExportCounts:
+    rows: int = 0
+    items: int = 0
+    deleted: int = 0  # items whose step is gone
+    no_row: int = 0  # items the format has no row for (a final answer's world-model turn, ...)
+
+
+def version_examples(
+    version: DatasetVersion, counts: ExportCounts, *, chunk: int = 2000
+) -> Iterator[Example]:
+    """The version's items as examples, in position order, `chunk` items at a time (fewer
+    when their branches' paths hold more than `MAX_LOADED_STEPS` steps): the paths of a
+    chunk's branches are read together, and only they are in memory."""
+    items = version.items.order_by("position").values_list(
+        "step_id", "step__branch_id", "step__index", "corrected", "observation"
+    )
+    batch: list[tuple[Any, ...]] = []
+    kept: dict[int, _BranchContext] = {}
+    size = chunk
+
+    def flush() -> Iterator[Example]:
+        nonlocal kept, size
+        wanted = {row[1] for row in batch if row[1] is not None}
+        known = {row[0]: (row[4] if row[3] else None) for row in batch if row[0] is not None}
+        # a branch that runs on from the last chunk keeps its context (and its cache)
+        contexts = {pk: kept[pk] for pk in wanted & kept.keys()}
+        contexts.update(_contexts(wanted - contexts.keys(), version, known))
+        for step_id, branch_id, index, _, _ in batch:
+            counts.items += 1
+            if step_id is None or branch_id is None or index is None:
+                counts.deleted += 1
+                continue
+            yield _example(contexts[branch_id], index)
+        kept = contexts
+        # items spread over long branches load many steps each: take fewer at a time
+        loaded = sum(len(c.steps) for c in contexts.values())
+        size = max(50, min(chunk, size * MAX_LOADED_STEPS // max(1, loaded)))
+
+    for item in items.iterator(chunk_size=chunk):
+        batch.append(item)
+        if len(batch) >= size:
+            yield from flush()
+            batch = []
+    if batch:
+        yield from flush()
+
+
+def branch_examples(branch: Branch, counts: ExportCounts) -> Iterator[Example]:
+    """Every step of a branch (its whole path from step 0), as recorded: no corrections."""
+    ctx = _contexts([branch.pk], None)[branch.pk]
+    for index in ctx.position:
+        counts.items += 1
+        yield _example(ctx, index)
+
+
+# ---- writing ------------------------------------------------------------------------------
+
+
+def rows_of(
+    examples: Iterable[Example], fmt: str, options: ExportOptions, counts: ExportCounts
+) -> Iterator[bytes]:
+    """One JSON line per row, UTF-8. orjson encodes (rows carry their whole history, so encoding is
+    most of an export's time); text it refuses (half a surrogate pair, which AgentWorldBench
+    files may hold) goes through the json module instead."""
+    import orjson
+
+    fallback = json.JSONEncoder(ensure_ascii=True).encode  # escapes keep it valid UTF-8
+    for example in examples:
+        row = row_for(fmt, example, options)
+        if row is None:
+            counts.no_row += 1
+            continue
+        counts.rows += 1
+        try:
+            yield orjson.dumps(row) + b"\n"
+        except orjson.JSONEncodeError:
+            yield fallback(row).encode("ascii") + b"\n"
+
+
+def write_rows(lines: Iterable[bytes], out: IO[bytes]) -> None:
+    for line in lines:
+        out.write(line)
+
+
+def dataset_info(name: str, options: ExportOptions, file_name: str) -> str:
+    return (
+        json.dumps(dataset_info_entry(name, options, file_name), indent=2, ensure_ascii=False)
+        + "\n"
+    )
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise DatasetError(f"unknown format {fmt!r}; the formats are: {', '.join(FORMATS)}")
+
+
+def file_stem(name: str) -> str:
+    """A name safe as a file name."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "dataset"

@@ -1,0 +1,253 @@
+"""Datasets: the project's datasets, a form for a new version (researchers and admins), a
+dataset's versions with a sample of their items and the export of a version in each format (a
+streamed download), and adding a hand-picked step to a dataset from its annotation page."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable, Iterator
+
+from django.contrib import messages
+from django.http import HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import path, reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_POST
+
+from studio.access import get_project_for_user, get_step_for_user
+from studio.exports.formats import FORMATS, ExportOptions
+from studio.forms.datasets import AddStepForm, DatasetForm, ExportForm
+from studio.http import HtmxHttpRequest
+from studio.models import Dataset, DatasetVersion, Membership
+from studio.services import datasets as service
+
+
+def _get_dataset_for_user(
+    request: HtmxHttpRequest, pk: int, *, edit: bool = False
+) -> tuple[Dataset, Membership]:
+    dataset = get_object_or_404(Dataset.objects.select_related("project"), pk=pk)
+    _, membership = get_project_for_user(request, dataset.project_id, edit=edit)
+    return dataset, membership
+
+
+def dataset_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
+    project, membership = get_project_for_user(request, project_id)
+    rows = [(d, d.latest) for d in Dataset.objects.filter(project=project)]
+    return render(
+        request,
+        "datasets/list.html",
+        {"project": project, "membership": membership, "rows": rows},
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def dataset_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
+    project, membership = get_project_for_user(request, project_id, edit=True)
+    initial = {"queue": request.GET.get("queue") or None, "name": request.GET.get("name", "")}
+    form = DatasetForm(request.POST or None, project=project, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            version = service.create_version(project, request.user, form.data_object())
+        except service.DatasetError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(
+                request,
+                f"{version.dataset.name} v{version.number}: {version.item_count} steps, "
+                f"{version.corrected_count} with a corrected observation.",
+            )
+            return redirect("dataset_detail", dataset_id=version.dataset_id)
+    names = list(Dataset.objects.filter(project=project).values_list("name", flat=True))
+    return render(
+        request,
+        "datasets/new.html",
+        {"project": project, "membership": membership, "form": form, "names": names},
+        status=400 if form.is_bound else 200,
+    )
+
+
+def dataset_detail(request: HtmxHttpRequest, dataset_id: int) -> HttpResponse:
+    dataset, membership = _get_dataset_for_user(request, dataset_id)
+    versions = list(dataset.versions.order_by("-number"))
+    chosen = versions[0] if versions else None
+    if request.GET.get("version", "").isdigit():
+        chosen = next((v for v in versions if v.number == int(request.GET["version"])), chosen)
+    items = (
+        list(chosen.items.select_related("step__branch__trajectory").order_by("position")[:50])
+        if chosen
+        else []
+    )
+    return render(
+        request,
+        "datasets/detail.html",
+        {
+            "project": dataset.project,
+            "membership": membership,
+            "dataset": dataset,
+            "versions": versions,
+            "chosen": chosen,
+            "items": items,
+            "deleted": chosen.items.filter(step__isnull=True).count() if chosen else 0,
+            "formats": FORMATS,
+            "export_form": ExportForm(),
+            "can_edit": membership.can_edit,
+        },
+    )
+
+
+def _zip_stream(lines: Iterator[bytes], data_name: str, info: Callable[[], str]) -> Iterator[bytes]:
+    """A zip of the rows and dataset_info.json, written as it is read (a zip file can be
+    streamed: each entry's sizes follow its data)."""
+    buffer = _Pipe()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open(data_name, "w", force_zip64=True) as entry:
+            for line in lines:
+                entry.write(line)
+                if buffer.pending() >= 1 << 16:
+                    yield buffer.take()
+        archive.writestr("dataset_info.json", info())
+    yield buffer.take()
+
+
+class _Pipe(io.RawIOBase):
+    """A write-only, unseekable sink whose bytes are taken out as they come."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._position = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[override]
+        data = bytes(data)
+        self._chunks.append(data)
+        self._size += len(data)
+        self._position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._position
+
+    def pending(self) -> int:
+        return self._size
+
+    def take(self) -> bytes:
+        out = b"".join(self._chunks)
+        self._chunks, self._size = [], 0
+        return out
+
+
+def _streamed(
+    request: HtmxHttpRequest, chunks: Iterator[bytes], content_type: str
+) -> StreamingHttpResponse:
+    """A streaming response that stays streamed under ASGI too: there Django would read a
+    synchronous iterator to its end before sending a byte (the whole export in memory), so
+    the iterator is pulled in batches from the request's thread instead."""
+    from django.core.handlers.asgi import ASGIRequest
+
+    if not isinstance(request, ASGIRequest):
+        return StreamingHttpResponse(chunks, content_type=content_type)
+    from asgiref.sync import sync_to_async
+
+    def take(limit: int = 1 << 16) -> bytes:
+        out, size = [], 0
+        for piece in chunks:
+            out.append(piece)
+            size += len(piece)
+            if size >= limit:
+                break
+        return b"".join(out)
+
+    async def pull():
+        while True:
+            # thread_sensitive: the database cursor stays on the thread that opened it
+            piece = await sync_to_async(take, thread_sensitive=True)()
+            if not piece:
+                return
+            yield piece
+
+    return StreamingHttpResponse(pull(), content_type=content_type)
+
+
+def dataset_export(
+    request: HtmxHttpRequest, version_id: int
+) -> HttpResponse | StreamingHttpResponse:
+    """A version as a download in the chosen format, streamed row by row."""
+    version = get_object_or_404(DatasetVersion.objects.select_related("dataset"), pk=version_id)
+    dataset, _ = _get_dataset_for_user(request, version.dataset_id)
+    form = ExportForm(request.GET)
+    if not form.is_valid():
+        return HttpResponse(
+            "Choose an export format: " + ", ".join(FORMATS) + ".",
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    if version.item_count == 0:
+        return HttpResponse(
+            f"{dataset.name} v{version.number} is empty: nothing to export.",
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    c = form.cleaned_data
+    fmt = c["format"]
+    options = ExportOptions(
+        turns=c["turns"] or "wm",
+        thinking=c["thinking"],
+        llamafactory_style=c["style"] or "sharegpt",
+    )
+    stem = f"{service.file_stem(dataset.name)}-v{version.number}-{fmt}"
+    counts = service.ExportCounts()
+    lines = service.rows_of(service.version_examples(version, counts), fmt, options, counts)
+    if fmt == "llamafactory":
+        data_name = f"{stem}.jsonl"
+        info_name = f"{service.file_stem(dataset.name)}-v{version.number}"
+        response = _streamed(
+            request,
+            _zip_stream(
+                lines, data_name, lambda: service.dataset_info(info_name, options, data_name)
+            ),
+            "application/zip",
+        )
+        response["Content-Disposition"] = f'attachment; filename="{stem}.zip"'
+        return response
+    response = _streamed(request, lines, "application/x-ndjson")
+    response["Content-Disposition"] = f'attachment; filename="{stem}.jsonl"'
+    return response
+
+
+@require_POST
+def step_add_to_dataset(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
+    """A hand-picked step goes into a dataset: a new version holding the latest one's steps
+    and this one."""
+    step, membership = get_step_for_user(request, step_id, edit=True)
+    form = AddStepForm(request.POST)
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = reverse("step_annotate", args=[step.pk])  # only a page of this site
+    if not form.is_valid():
+        messages.error(request, "Name the dataset to add the step to.")
+        return redirect(back)
+    data = service.SelectionData(name=form.cleaned_data["name"].strip(), steps=(step.pk,))
+    try:
+        version = service.create_version(membership.project, request.user, data)
+    except service.DatasetError as exc:
+        messages.error(request, str(exc))
+        return redirect(back)
+    messages.success(
+        request,
+        f"Step {step.index} added: {version.dataset.name} v{version.number} holds "
+        f"{version.item_count} step{'s' if version.item_count != 1 else ''}.",
+    )
+    return redirect(back)
+
+
+urlpatterns = [
+    path("projects/<int:project_id>/datasets/", dataset_list, name="dataset_list"),
+    path("projects/<int:project_id>/datasets/new/", dataset_new, name="dataset_new"),
+    path("datasets/<int:dataset_id>/", dataset_detail, name="dataset_detail"),
+    path("dataset-versions/<int:version_id>/export/", dataset_export, name="dataset_export"),
+    path("steps/<int:step_id>/add-to-dataset/", step_add_to_dataset, name="step_add_to_dataset"),
+]

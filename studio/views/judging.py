@@ -1,0 +1,174 @@
+"""The LLM judge on simulated steps: a form for a judge job on a branch, a fork's futures or
+a queue (researchers and admins), the project's judge jobs, a job's live page (htmx polls it
+and stops when it ends) with its judgements and how the judge agrees with people, and the
+fidelity panel of a trajectory and its branches."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.urls import path
+from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from inference.judge import DIMENSIONS
+from studio.access import get_branch_for_user, get_project_for_user
+from studio.forms.judging import JudgeForm
+from studio.http import HtmxHttpRequest
+from studio.models import JudgeJob, Membership, StepJudgement
+from studio.presenters import fidelity as panel
+from studio.services import judging as service
+from studio.tasks import enqueue_judging
+
+
+def _get_judge_job_for_user(
+    request: HtmxHttpRequest, pk: int, *, edit: bool = False
+) -> tuple[JudgeJob, Membership]:
+    job = get_object_or_404(JudgeJob.objects.select_related("project"), pk=pk)
+    _, membership = get_project_for_user(request, job.project_id, edit=edit)
+    return job, membership
+
+
+def judge_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
+    project, membership = get_project_for_user(request, project_id)
+    return render(
+        request,
+        "judging/list.html",
+        {
+            "project": project,
+            "membership": membership,
+            "jobs": JudgeJob.objects.filter(project=project)[:200],
+        },
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def judge_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
+    project, membership = get_project_for_user(request, project_id, edit=True)
+    initial = {k: request.GET.get(k, "") for k in ("target", "branch", "fork", "queue")}
+    form = JudgeForm(request.POST or None, project=project, initial=initial)
+    preview = JudgeForm(initial, project=project)
+    preview.full_clean()  # the judge is not chosen yet: only the target is read
+    description = (
+        service.describe(initial["target"], **preview.resolved) if preview.resolved else ""
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            job = service.start_judging(project, request.user, form.data_object())
+        except ValueError as exc:
+            form.add_error(None, str(exc))
+        else:
+            enqueue_judging(job)
+            return redirect("judge_job", job_id=job.pk)
+    return render(
+        request,
+        "judging/new.html",
+        {"project": project, "membership": membership, "form": form, "description": description},
+        status=400 if form.is_bound else 200,
+    )
+
+
+def _job_context(job: JudgeJob, membership: Membership) -> dict:
+    judgements = list(
+        StepJudgement.objects.filter(job=job)
+        .select_related("step__branch")
+        .only(
+            "ok",
+            "scores",
+            "total_score",
+            "error",
+            "step_id",
+            "step__index",
+            "step__branch_id",
+            "step__branch__name",
+        )  # fmt: skip
+        .order_by("step__branch_id", "step__index")[:500]
+    )
+    return {
+        "project": job.project,
+        "membership": membership,
+        "job": job,
+        "done": job.is_finished,
+        "judgements": judgements,
+        "dimensions": DIMENSIONS,
+        "can_edit": membership.can_edit,
+    }
+
+
+def judge_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    job, membership = _get_judge_job_for_user(request, job_id)
+    context = _job_context(job, membership)
+    if request.htmx:
+        html = render_to_string("judging/job.html#progress", context, request=request)
+        return HttpResponseStopPolling(html) if context["done"] else HttpResponse(html)
+    if job.is_finished:
+        ids = StepJudgement.objects.filter(job=job, ok=True).values_list("step_id", flat=True)
+        context["versus"] = service.judge_vs_human(ids, job)
+    return render(request, "judging/job.html", context)
+
+
+@require_POST
+def judge_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    job, _ = _get_judge_job_for_user(request, job_id, edit=True)
+    if job.is_finished:
+        messages.error(request, f"Judge job {job.pk} has already ended ({job.status}).")
+    else:
+        service.cancel_judging(job)
+        messages.success(request, "Stopping: the steps already judged are kept.")
+    return redirect("judge_job", job_id=job.pk)
+
+
+@require_POST
+def judge_resume(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    job, _ = _get_judge_job_for_user(request, job_id, edit=True)
+    if service.resume_judging(job):
+        job.refresh_from_db()
+        enqueue_judging(job)
+        messages.success(request, "Resumed: the steps not judged yet are judged; the others kept.")
+    else:
+        messages.error(request, f"Judge job {job.pk} is {job.status}: only a stopped job resumes.")
+    return redirect("judge_job", job_id=job.pk)
+
+
+def branch_fidelity(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
+    """The fidelity panel: the branch's judge scores per step and dimension, and the total
+    per step of every judged branch of its trajectory."""
+    branch, membership = get_branch_for_user(request, branch_id)
+    trajectory = branch.trajectory
+    found = service.fidelity(branch)
+    # the judged branches (every one, judged or not, would be a query each for nothing)
+    judged = (
+        StepJudgement.objects.filter(step__branch__trajectory=trajectory, ok=True)
+        .values_list("step__branch_id", flat=True)
+        .distinct()
+    )
+    shown = trajectory.branches.filter(pk__in=judged).order_by("pk")
+    per_branch = [(b, service.fidelity(b)) for b in shown]
+    return render(
+        request,
+        "judging/fidelity.html",
+        {
+            "project": trajectory.project,
+            "membership": membership,
+            "trajectory": trajectory,
+            "branch": branch,
+            "fidelity": found,
+            "figure": panel.branch_figure(found),
+            "trajectory_figure": panel.trajectory_figure([(b.name, f) for b, f in per_branch]),
+            "judged_branches": [(b, f) for b, f in per_branch if f.judged],
+            "dimensions": DIMENSIONS,
+            "can_edit": membership.can_edit,
+        },
+    )
+
+
+urlpatterns = [
+    path("projects/<int:project_id>/judge/", judge_list, name="judge_list"),
+    path("projects/<int:project_id>/judge/new/", judge_new, name="judge_new"),
+    path("judge-jobs/<int:job_id>/", judge_job, name="judge_job"),
+    path("judge-jobs/<int:job_id>/cancel/", judge_cancel, name="judge_cancel"),
+    path("judge-jobs/<int:job_id>/resume/", judge_resume, name="judge_resume"),
+    path("branches/<int:branch_id>/fidelity/", branch_fidelity, name="branch_fidelity"),
+]
