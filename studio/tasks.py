@@ -22,7 +22,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from studio.models import EvaluationRun, ImportJob, JobStatus, JudgeJob, SimulationJob
+from studio.models import (
+    EvaluationRun,
+    ExportJob,
+    ImportJob,
+    JobStatus,
+    JudgeJob,
+    SimulationJob,
+)
 from studio.queues import queue_name
 
 if TYPE_CHECKING:
@@ -44,6 +51,7 @@ EPISODE_STEP_TASK = "studio.run_episode_step"
 IMPORT_TASK = "studio.run_import_job"
 EVALUATION_TASK = "studio.run_evaluation"
 JUDGE_TASK = "studio.run_judge_job"
+EXPORT_TASK = "studio.run_export_job"
 PROBE_TASK = "studio.probe_endpoint"
 
 
@@ -115,6 +123,18 @@ def run_judge_job(self, job_id: int) -> None:
         release_memory()
 
 
+@shared_task(name=EXPORT_TASK, **JOB_TASK_OPTIONS)
+def run_export_job(self, job_id: int) -> None:
+    from studio.jobs.exports import run_export_job as body
+    from studio.jobs.runtime import drop_failed_connection
+
+    drop_failed_connection()
+    try:
+        body(job_id, self.request.id or "")
+    finally:
+        release_memory()
+
+
 @shared_task(name=PROBE_TASK, ignore_result=True, soft_time_limit=600, time_limit=660)
 def probe_endpoint(endpoint_id: int) -> None:
     from studio.jobs.endpoint_probe import probe_in_process_endpoint
@@ -164,6 +184,8 @@ def _send(model: JobModel, pk: int, previous: str | None) -> bool:
         )
     elif model is JudgeJob:
         task, queue = run_judge_job, JudgeJob.objects.values_list("queue", flat=True).get(pk=pk)
+    elif model is ExportJob:
+        task, queue = run_export_job, ExportJob.objects.values_list("queue", flat=True).get(pk=pk)
     else:
         task, queue = run_import_job, queue_name("default")
     try:
@@ -199,6 +221,10 @@ def enqueue_evaluation(run: EvaluationRun) -> None:
 
 def enqueue_judging(job: JudgeJob) -> None:
     transaction.on_commit(lambda: _send(JudgeJob, job.pk, None))
+
+
+def enqueue_export(job: ExportJob) -> None:
+    transaction.on_commit(lambda: _send(ExportJob, job.pk, None))
 
 
 def enqueue_import(job: ImportJob) -> None:

@@ -1,6 +1,7 @@
 """A researcher builds a dataset from a queue's accepted items in headless Chromium and
 downloads it in every format; each file loads with `datasets` (LLaMA-Factory's as a zip with
-its dataset_info.json)."""
+its dataset_info.json). An export written by a real worker shows its progress bar and
+downloads once complete."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_dataset_from_a_queues_accepted_items_downloads_in_every_format(
-    page, live_server, login, project, tmp_path
+    page, live_server, login, project, tmp_path, default_worker
 ):
     import datasets
 
@@ -64,3 +65,16 @@ def test_a_dataset_from_a_queues_accepted_items_downloads_in_every_format(
     # the corrected observation is what the world model is trained on
     wm = [json.loads(x) for x in (tmp_path / "curated-v1-wm-turns.jsonl").read_text().splitlines()]
     assert "fixed A" in wm[0]["completion"][0]["content"]
+
+    # a worker writes it with a progress bar, and the file downloads once complete
+    page.goto(f"{live_server.url}/datasets/{queue.project.datasets.get().pk}/")
+    page.select_option("#export-format", "agent-turns")
+    page.click("#export-background")
+    page.wait_for_selector("#export-file", timeout=60000)
+    assert "2 of 2 steps read, 2 rows written" in page.inner_text("#export-counts")
+    assert page.get_attribute("#export-bar", "value") == "1.0"
+    with page.expect_download() as info:
+        page.click("#export-file")
+    path = tmp_path / "background.jsonl"
+    info.value.save_as(path)
+    assert datasets.load_dataset("json", data_files=str(path), split="train").num_rows == 2

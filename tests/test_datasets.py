@@ -73,6 +73,9 @@ def queue_done(project):
 @pytest.mark.django_db
 def test_a_queues_accepted_items_make_a_version_with_their_corrections(project, queue_done):
     queue, (a, b, c, d), _ = queue_done
+    # b was split accept/reject: the adjudicator's accept stands; a correction by the one who
+    # rejected it is not what the final verdict accepted
+    StepAnnotation.objects.filter(step=b, verdict="reject").update(corrected_observation="no")
     assert accepted_steps(queue) == [a.pk, b.pk, d.pk]
     assert accepted_steps(queue, with_fixed=False) == [a.pk, b.pk]
     version = create_version(
@@ -82,6 +85,7 @@ def test_a_queues_accepted_items_make_a_version_with_their_corrections(project, 
     assert "accepted and fixed items of queue 'q'" in version.source
     fixed = version.items.get(step=d)
     assert fixed.corrected and fixed.observation == "3 passed in 0.10s"
+    assert not version.items.get(step=b).corrected
     # a later correction does not change the version; a new version takes it
     StepAnnotation.objects.filter(step=d, corrected_observation__gt="").update(
         corrected_observation="changed"
@@ -344,3 +348,35 @@ def test_a_deleted_step_is_left_out_and_the_page_says_so(client, project, queue_
     client.force_login(project.users["annotator"])
     html = client.get(reverse("dataset_detail", args=[version.dataset_id])).content.decode()
     assert "1 of its 3 steps were deleted since" in html and "its step was deleted" in html
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_an_export_with_progress_is_written_by_a_worker_and_downloads_once_complete(
+    client, project, queue_done, default_worker
+):
+    from studio.models import ExportJob
+    from tests.support.worker import wait_for
+
+    queue, steps, _ = queue_done
+    version = create_version(project, None, SelectionData(name="sft", queue=queue))
+    client.force_login(project.users["annotator"])  # every member may export
+    page = client.post(
+        reverse("export_start", args=[version.pk]), {"format": "llamafactory", "style": "sharegpt"}
+    )
+    job = ExportJob.objects.get()
+    assert page.status_code == 302 and page["Location"] == reverse("export_job", args=[job.pk])
+    assert client.get(reverse("export_download", args=[job.pk])).status_code == 404  # not yet
+    done = wait_for(
+        lambda: ExportJob.objects.filter(pk=job.pk, status="succeeded").first(), timeout=60
+    )
+    assert done.items_done == 3 and done.rows == 3 and done.progress == 1.0
+    html = client.get(reverse("export_job", args=[job.pk])).content.decode()
+    assert "3 of 3 steps read, 3 rows written" in html and "sft-v1-llamafactory.zip" in html
+    response = client.get(reverse("export_download", args=[job.pk]))
+    archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+    assert sorted(archive.namelist()) == ["dataset_info.json", "sft-v1-llamafactory.jsonl"]
+    assert not [p for p in Path(done.stored_path).parent.iterdir() if p.name.startswith(".export-")]
+    client.force_login(project.outsider)
+    assert client.get(reverse("export_job", args=[job.pk])).status_code == 404
+    assert client.get(reverse("export_download", args=[job.pk])).status_code == 404

@@ -35,15 +35,25 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from studio.models import Branch, EvaluationRun, ImportJob, JobStatus, JudgeJob, SimulationJob
+from studio.models import (
+    Branch,
+    EvaluationRun,
+    ExportJob,
+    ImportJob,
+    JobStatus,
+    JudgeJob,
+    SimulationJob,
+)
 from studio.models.trajectories import BranchStatus
 
-JobModel = type[ImportJob] | type[SimulationJob] | type[EvaluationRun] | type[JudgeJob]
+JobModel = (
+    type[ImportJob] | type[SimulationJob] | type[EvaluationRun] | type[JudgeJob] | type[ExportJob]
+)
 
 
 def cancellable(model: JobModel) -> bool:
     """Jobs a user can stop while they run (they have cancel_requested and a phase)."""
-    return model is SimulationJob or model is EvaluationRun or model is JudgeJob
+    return model in (SimulationJob, EvaluationRun, JudgeJob, ExportJob)
 
 
 log = logging.getLogger(__name__)

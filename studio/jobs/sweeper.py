@@ -19,11 +19,18 @@ from django.utils import timezone
 
 from studio.jobs.broker import message_ids_held
 from studio.jobs.runtime import JobModel, fail_lost, lost_after_s, pulse_is_fresh, stale_after_s
-from studio.models import EvaluationRun, ImportJob, JobStatus, JudgeJob, SimulationJob
+from studio.models import (
+    EvaluationRun,
+    ExportJob,
+    ImportJob,
+    JobStatus,
+    JudgeJob,
+    SimulationJob,
+)
 
 log = logging.getLogger(__name__)
 
-JOB_MODELS: tuple[JobModel, ...] = (SimulationJob, ImportJob, EvaluationRun, JudgeJob)
+JOB_MODELS: tuple[JobModel, ...] = (SimulationJob, ImportJob, EvaluationRun, JudgeJob, ExportJob)
 
 
 def reap_stale_jobs() -> int:

@@ -7,7 +7,7 @@ from studio.models.annotations import (
     StepAnnotation,
     Verdict,
 )
-from studio.models.datasets import Dataset, DatasetItem, DatasetVersion
+from studio.models.datasets import Dataset, DatasetItem, DatasetVersion, ExportJob
 from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
 from studio.models.evaluations import EvaluationRun, EvaluationSample, SampleStage
 from studio.models.jobs import ImportJob, JobStatus, SimulationJob
@@ -44,6 +44,7 @@ __all__ = [
     "EndpointRole",
     "EvaluationRun",
     "EvaluationSample",
+    "ExportJob",
     "ImportJob",
     "JobStatus",
     "JudgeJob",

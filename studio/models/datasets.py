@@ -8,6 +8,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from studio.models.jobs import JobBase
+
 
 class Dataset(models.Model):
     project = models.ForeignKey("studio.Project", on_delete=models.CASCADE, related_name="datasets")
@@ -76,3 +78,32 @@ class DatasetItem(models.Model):
 
     def __str__(self) -> str:
         return f"item {self.position} of {self.version_id}"
+
+
+class ExportJob(JobBase):
+    """A version written to a file by a worker, with live progress; the page polls this row
+    and offers the file once it is complete."""
+
+    version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="exports")
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    format = models.CharField(max_length=40)
+    options = models.JSONField(default=dict, blank=True)  # turns, thinking, style
+    queue = models.CharField(max_length=50, default="default")
+    cancel_requested = models.BooleanField(default=False)
+    phase = models.CharField(max_length=20, default="queued")
+    progress = models.FloatField(default=0.0)
+    items_done = models.PositiveIntegerField(default=0)
+    rows = models.PositiveIntegerField(default=0)
+    deleted = models.PositiveIntegerField(default=0)  # items whose step was gone
+    no_row = models.PositiveIntegerField(default=0)  # items the format has no row for
+    file_name = models.CharField(max_length=300, blank=True)  # the download's name
+    stored_path = models.CharField(max_length=1000, blank=True)  # set once complete
+    size_bytes = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"export {self.pk} of {self.version_id} as {self.format} ({self.status})"

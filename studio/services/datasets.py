@@ -12,9 +12,14 @@ size. The row shapes are `studio.exports.formats`."""
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import Iterable, Iterator
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import IO, Any
 
 from django.db import connection, transaction
@@ -70,39 +75,47 @@ class SelectionData:
 
 
 def accepted_steps(queue: AnnotationQueue, *, with_fixed: bool = True) -> list[int]:
-    """The queue's items whose final verdict accepts them, in queue order: an adjudicator's
-    decision where there is one, else the verdict every annotator who completed the item
-    gave. With `with_fixed`, items whose final verdict is "needs fix" count when the step has
-    a corrected observation (the correction is what is trained on)."""
+    """The queue's items whose final verdict accepts them, in queue order (see
+    `accepted_items`)."""
+    return list(accepted_items(queue, with_fixed=with_fixed))
+
+
+def accepted_items(queue: AnnotationQueue, *, with_fixed: bool = True) -> dict[int, str | None]:
+    """The steps of the queue's items whose final verdict accepts them, in queue order, each
+    with the correction to train on (None: its own observation). The final verdict is an
+    adjudicator's decision where there is one, else the verdict every annotator who completed
+    the item gave; the correction is the newest one saved by an annotator of the item whose
+    verdict was that final one (an item accepted over a "needs fix" keeps its observation).
+    With `with_fixed`, items whose final verdict is "needs fix" count when such a correction
+    exists (the correction is what is trained on)."""
     items = list(queue.items.values_list("pk", "step_id"))
     decided = dict(Adjudication.objects.filter(item__queue=queue).values_list("item_id", "verdict"))
-    done = {
-        (item, user)
-        for item, user in QueueClaim.objects.filter(
-            item__queue=queue, done_at__isnull=False
-        ).values_list("item_id", "user_id")
-    }
-    step_of = dict(items)
-    verdicts: dict[int, set[str]] = {}
-    rows = StepAnnotation.objects.filter(step_id__in=step_of.values()).values_list(
-        "step_id", "author_id", "verdict"
+    done = set(
+        QueueClaim.objects.filter(item__queue=queue, done_at__isnull=False).values_list(
+            "item_id", "user_id"
+        )
     )
     item_of = {step: item for item, step in items}
-    for step_id, author, verdict in rows:
+    marks: dict[int, list[tuple[str, str]]] = {}  # item -> (verdict, correction), newest first
+    rows = (
+        StepAnnotation.objects.filter(step_id__in=list(item_of))
+        .order_by("-updated_at", "-id")
+        .values_list("step_id", "author_id", "verdict", "corrected_observation")
+    )
+    for step_id, author, verdict, correction in rows:
         item = item_of[step_id]
         if (item, author) in done:
-            verdicts.setdefault(item, set()).add(verdict)
-    corrected = set(corrections(step_of.values()))
-    chosen = []
+            marks.setdefault(item, []).append((verdict, correction))
+    chosen: dict[int, str | None] = {}
     for item, step_id in items:
+        given = marks.get(item, [])
         final = decided.get(item)
         if final is None:
-            given = verdicts.get(item, set())
-            final = next(iter(given)) if len(given) == 1 else None
-        if final == Verdict.ACCEPT or (
-            with_fixed and final == Verdict.NEEDS_FIX and step_id in corrected
-        ):
-            chosen.append(step_id)
+            verdicts = {v for v, _ in given}
+            final = next(iter(verdicts)) if len(verdicts) == 1 else None
+        fix = next((c for v, c in given if v == final and c), None)
+        if final == Verdict.ACCEPT or (with_fixed and final == Verdict.NEEDS_FIX and fix):
+            chosen[step_id] = fix
     return chosen
 
 
@@ -120,35 +133,39 @@ def corrections(step_ids: Iterable[int]) -> dict[int, str]:
     return found
 
 
-def _chosen_steps(project: Project, data: SelectionData) -> tuple[list[int], str]:
+def _chosen_steps(
+    project: Project, data: SelectionData
+) -> tuple[list[int], str, dict[int, str] | None]:
+    """The steps, the source in words, and their corrections when the source decides them
+    (a queue's; None: the newest correction saved on each step)."""
     if data.queue is not None:
-        ids = accepted_steps(data.queue, with_fixed=data.with_fixed)
+        found = accepted_items(data.queue, with_fixed=data.with_fixed)
         kind = "accepted" + (" and fixed" if data.with_fixed else "")
-        return ids, f"the {kind} items of queue {data.queue.name!r}"
+        fixes = {pk: text for pk, text in found.items() if text}
+        return list(found), f"the {kind} items of queue {data.queue.name!r}", fixes
     if data.filter is not None:
         ids = list(
             steps_for(project, data.filter)
             .values_list("pk", flat=True)
             .distinct()[: data.filter.limit]
         )
-        return ids, data.filter.describe()
-    found = set(
+        return ids, data.filter.describe(), None
+    mine = set(
         Step.objects.filter(pk__in=data.steps, branch__trajectory__project=project).values_list(
             "pk", flat=True
         )
     )
-    missing = [pk for pk in data.steps if pk not in found]
+    missing = [pk for pk in data.steps if pk not in mine]
     if missing:
         raise DatasetError(f"step {missing[0]} is not one of this project's")
-    return list(
-        data.steps
-    ), f"{len(data.steps)} hand-picked step{'s' if len(data.steps) != 1 else ''}"
+    words = f"{len(data.steps)} hand-picked step{'s' if len(data.steps) != 1 else ''}"
+    return list(data.steps), words, None
 
 
 def create_version(project: Project, user, data: SelectionData) -> DatasetVersion:
     """A new version of the dataset `data.name` (made when new): its steps and their
     corrections, all written or none. Hand-picked steps are added to the latest version's."""
-    ids, source = _chosen_steps(project, data)
+    ids, source, decided = _chosen_steps(project, data)
     with transaction.atomic():
         dataset, _ = Dataset.objects.get_or_create(
             project=project,
@@ -170,7 +187,7 @@ def create_version(project: Project, user, data: SelectionData) -> DatasetVersio
             raise DatasetError(
                 f"a version holds at most {MAX_ITEMS} steps ({source} has {len(ids)})"
             )
-        fixes = corrections(ids)
+        fixes = corrections(ids) if decided is None else decided
         number = (previous.number if previous else 0) + 1
         version = DatasetVersion.objects.create(
             dataset=dataset, number=number, source=source[:500], created_by=user
@@ -505,6 +522,107 @@ def rows_of(
 def write_rows(lines: Iterable[bytes], out: IO[bytes]) -> None:
     for line in lines:
         out.write(line)
+
+
+def zip_chunks(lines: Iterator[bytes], data_name: str, info: Callable[[], str]) -> Iterator[bytes]:
+    """A zip of the rows and dataset_info.json, written as it is read (a zip file can be
+    streamed: each entry's sizes follow its data)."""
+    buffer = _Pipe()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open(data_name, "w", force_zip64=True) as entry:
+            for line in lines:
+                entry.write(line)
+                if buffer.pending() >= 1 << 16:
+                    yield buffer.take()
+        archive.writestr("dataset_info.json", info())
+    yield buffer.take()
+
+
+class _Pipe(io.RawIOBase):
+    """A write-only, unseekable sink whose bytes are taken out as they come."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._position = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[override]
+        data = bytes(data)
+        self._chunks.append(data)
+        self._size += len(data)
+        self._position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._position
+
+    def pending(self) -> int:
+        return self._size
+
+    def take(self) -> bytes:
+        out = b"".join(self._chunks)
+        self._chunks, self._size = [], 0
+        return out
+
+
+class ExportStopped(Exception):
+    """The export was cancelled: its file is removed."""
+
+
+@dataclass
+class ExportFile:
+    path: Path
+    name: str  # the download's file name
+    size: int
+
+
+def export_file(
+    version: DatasetVersion,
+    fmt: str,
+    options: ExportOptions,
+    folder: Path,
+    counts: ExportCounts,
+    *,
+    tick: Callable[[ExportCounts], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> ExportFile:
+    """The version in `fmt` as a file in `folder`: written under a temporary name and moved
+    into place once complete, so nothing half-written is ever offered (LLaMA-Factory: a zip
+    with its `dataset_info.json`). `tick(counts)` after each step read; `stop()` true:
+    ExportStopped, and the file is removed."""
+    check_format(fmt)
+    dataset = version.dataset
+    stem = f"{file_stem(dataset.name)}-v{version.number}-{fmt}"
+
+    def ticking() -> Iterator[Example]:
+        for example in version_examples(version, counts):
+            if stop is not None and stop():
+                raise ExportStopped
+            yield example
+            if tick is not None:
+                tick(counts)
+
+    lines = rows_of(ticking(), fmt, options, counts)
+    chunks: Iterable[bytes] = lines
+    name = f"{stem}.jsonl"
+    if fmt == "llamafactory":
+        info_name = f"{file_stem(dataset.name)}-v{version.number}"
+        chunks = zip_chunks(lines, name, lambda: dataset_info(info_name, options, name))
+        name = f"{stem}.zip"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".export-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write_rows(chunks, out)
+        final = folder / f"{tmp.rsplit('-', 1)[-1]}-{name}"
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return ExportFile(final, name, final.stat().st_size)
 
 
 def dataset_info(name: str, options: ExportOptions, file_name: str) -> str:

@@ -4,23 +4,27 @@ streamed download), and adding a hand-picked step to a dataset from its annotati
 
 from __future__ import annotations
 
-import io
-import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from pathlib import Path
 
 from django.contrib import messages
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
 
-from studio.access import get_project_for_user, get_step_for_user
+from studio.access import get_project_for_user, get_step_for_user, signed_in_user
 from studio.exports.formats import FORMATS, ExportOptions
 from studio.forms.datasets import AddStepForm, DatasetForm, ExportForm
 from studio.http import HtmxHttpRequest
-from studio.models import Dataset, DatasetVersion, Membership
+from studio.models import Dataset, DatasetVersion, ExportJob, JobStatus, Membership
+from studio.queues import queue_name
 from studio.services import datasets as service
+from studio.tasks import enqueue_export
 
 
 def _get_dataset_for_user(
@@ -96,50 +100,6 @@ def dataset_detail(request: HtmxHttpRequest, dataset_id: int) -> HttpResponse:
     )
 
 
-def _zip_stream(lines: Iterator[bytes], data_name: str, info: Callable[[], str]) -> Iterator[bytes]:
-    """A zip of the rows and dataset_info.json, written as it is read (a zip file can be
-    streamed: each entry's sizes follow its data)."""
-    buffer = _Pipe()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        with archive.open(data_name, "w", force_zip64=True) as entry:
-            for line in lines:
-                entry.write(line)
-                if buffer.pending() >= 1 << 16:
-                    yield buffer.take()
-        archive.writestr("dataset_info.json", info())
-    yield buffer.take()
-
-
-class _Pipe(io.RawIOBase):
-    """A write-only, unseekable sink whose bytes are taken out as they come."""
-
-    def __init__(self) -> None:
-        self._chunks: list[bytes] = []
-        self._size = 0
-        self._position = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:  # type: ignore[override]
-        data = bytes(data)
-        self._chunks.append(data)
-        self._size += len(data)
-        self._position += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self._position
-
-    def pending(self) -> int:
-        return self._size
-
-    def take(self) -> bytes:
-        out = b"".join(self._chunks)
-        self._chunks, self._size = [], 0
-        return out
-
-
 def _streamed(
     request: HtmxHttpRequest, chunks: Iterator[bytes], content_type: str
 ) -> StreamingHttpResponse:
@@ -206,7 +166,7 @@ def dataset_export(
         info_name = f"{service.file_stem(dataset.name)}-v{version.number}"
         response = _streamed(
             request,
-            _zip_stream(
+            service.zip_chunks(
                 lines, data_name, lambda: service.dataset_info(info_name, options, data_name)
             ),
             "application/zip",
@@ -216,6 +176,83 @@ def dataset_export(
     response = _streamed(request, lines, "application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="{stem}.jsonl"'
     return response
+
+
+@require_POST
+def export_start(request: HtmxHttpRequest, version_id: int) -> HttpResponse:
+    """Write the version to a file on a worker, with a progress bar (every member may)."""
+    version = get_object_or_404(DatasetVersion.objects.select_related("dataset"), pk=version_id)
+    dataset, _ = _get_dataset_for_user(request, version.dataset_id)
+    form = ExportForm(request.POST)
+    back = reverse("dataset_detail", args=[dataset.pk]) + f"?version={version.number}"
+    if not form.is_valid():
+        messages.error(request, "Choose an export format: " + ", ".join(FORMATS) + ".")
+        return redirect(back)
+    if version.item_count == 0:
+        messages.error(request, f"{dataset.name} v{version.number} is empty: nothing to export.")
+        return redirect(back)
+    c = form.cleaned_data
+    job = ExportJob.objects.create(
+        version=version,
+        requester=signed_in_user(request),
+        format=c["format"],
+        options={
+            "turns": c["turns"] or "wm",
+            "thinking": c["thinking"],
+            "style": c["style"] or "sharegpt",
+        },
+        queue=queue_name("default"),
+    )
+    enqueue_export(job)
+    return redirect("export_job", job_id=job.pk)
+
+
+def _get_export_for_user(request: HtmxHttpRequest, pk: int) -> ExportJob:
+    job = get_object_or_404(ExportJob.objects.select_related("version__dataset"), pk=pk)
+    _get_dataset_for_user(request, job.version.dataset_id)
+    return job
+
+
+def export_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    """An export's live page; htmx polls its progress part and stops when it ends."""
+    job = _get_export_for_user(request, job_id)
+    dataset, membership = _get_dataset_for_user(request, job.version.dataset_id)
+    context = {
+        "project": dataset.project,
+        "membership": membership,
+        "dataset": dataset,
+        "job": job,
+        "done": job.is_finished,
+        "spec": FORMATS.get(job.format),
+    }
+    if request.htmx:
+        html = render_to_string("datasets/export.html#progress", context, request=request)
+        return HttpResponseStopPolling(html) if job.is_finished else HttpResponse(html)
+    return render(request, "datasets/export.html", context)
+
+
+@require_POST
+def export_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    job = _get_export_for_user(request, job_id)
+    now = timezone.now()
+    if not ExportJob.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
+        status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now, phase="cancelled"
+    ):
+        ExportJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(cancel_requested=True)
+    return redirect("export_job", job_id=job.pk)
+
+
+def export_download(request: HtmxHttpRequest, job_id: int) -> HttpResponse | FileResponse:
+    job = _get_export_for_user(request, job_id)
+    if job.status != JobStatus.SUCCEEDED or not job.stored_path:
+        raise Http404("This export has no file (it has not finished, or it failed).")
+    path = Path(job.stored_path)
+    if not path.is_file():
+        raise Http404("This export's file is gone from storage: export the version again.")
+    content_type = "application/zip" if job.file_name.endswith(".zip") else "application/x-ndjson"
+    return FileResponse(
+        path.open("rb"), as_attachment=True, filename=job.file_name, content_type=content_type
+    )
 
 
 @require_POST
@@ -249,5 +286,9 @@ urlpatterns = [
     path("projects/<int:project_id>/datasets/new/", dataset_new, name="dataset_new"),
     path("datasets/<int:dataset_id>/", dataset_detail, name="dataset_detail"),
     path("dataset-versions/<int:version_id>/export/", dataset_export, name="dataset_export"),
+    path("dataset-versions/<int:version_id>/exports/", export_start, name="export_start"),
+    path("exports/<int:job_id>/", export_job, name="export_job"),
+    path("exports/<int:job_id>/cancel/", export_cancel, name="export_cancel"),
+    path("exports/<int:job_id>/download/", export_download, name="export_download"),
     path("steps/<int:step_id>/add-to-dataset/", step_add_to_dataset, name="step_add_to_dataset"),
 ]
