@@ -35,8 +35,9 @@ def main() -> None:
         help="comma-separated format names",
     )  # fmt: skip
     parser.add_argument(
-        "--profile", action="store_true",
-        help="instead: profile reading every step into examples and print the top",
+        "--profile", choices=["read", "export"],
+        help="instead: profile reading every step into examples, or a whole export (the "
+        "first format), and print the top",
     )  # fmt: skip
     args = parser.parse_args()
 
@@ -137,9 +138,15 @@ def main() -> None:
 
             counts = service.ExportCounts()
             connection.queries_log.clear()
-            with cProfile.Profile() as profile:
-                for _ in service.version_examples(large, counts):  # reading only
-                    pass
+            with tempfile.NamedTemporaryFile("wb") as out, cProfile.Profile() as profile:
+                examples = service.version_examples(large, counts)
+                if args.profile == "read":
+                    for _ in examples:
+                        pass
+                else:
+                    fmt = args.formats.split(",")[0]
+                    lines = service.rows_of(examples, fmt, ExportOptions(), counts)
+                    service.write_rows(lines, out)
             pstats.Stats(profile).sort_stats("tottime").print_stats(25)
             slowest = sorted(connection.queries, key=lambda q: -float(q["time"]))[:8]
             for query in slowest:  # with DEBUG=1 Django keeps every query

@@ -151,6 +151,14 @@ def test_every_format_exports_from_the_command_and_loads_in_datasets(project, qu
     assert wm[2]["meta"]["corrected"] is True and wm[0]["meta"]["corrected"] is False
     awb = _export(tmp_path, "sft", fmt="agentworldbench")
     assert awb[2]["response"][awb[2]["turn_idx"] - 1].endswith("3 passed in 0.10s")
+    # with --thinking, the world model's thinking is kept, except on a corrected step: it
+    # reasoned towards the observation that was replaced
+    from studio.models import Step
+
+    Step.objects.filter(pk__in=[a.pk, d.pk]).update(thinking="the tests ran")
+    wm = _export(tmp_path, "sft", fmt="wm-turns", thinking=True)
+    assert "the tests ran" in wm[0]["completion"][0]["content"]
+    assert "the tests ran" not in wm[2]["completion"][0]["content"]
     # LLaMA-Factory: its dataset_info.json entry is written beside the file
     _export(tmp_path, "sft", fmt="llamafactory")
     info = json.loads((tmp_path / "dataset_info.json").read_text())
