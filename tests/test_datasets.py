@@ -388,3 +388,29 @@ def test_an_export_with_progress_is_written_by_a_worker_and_downloads_once_compl
     client.force_login(project.outsider)
     assert client.get(reverse("export_job", args=[job.pk])).status_code == 404
     assert client.get(reverse("export_download", args=[job.pk])).status_code == 404
+
+
+@pytest.mark.django_db
+def test_an_export_whose_worker_was_lost_says_what_to_do_instead_of_a_retry_it_lacks(
+    project, queue_done
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from studio.jobs.runtime import fail_lost
+    from studio.models import ExportJob
+
+    queue, steps, _ = queue_done
+    version = create_version(project, None, SelectionData(name="sft", queue=queue))
+    old = timezone.now() - timedelta(hours=1)
+    job = ExportJob.objects.create(
+        version=version, format="openai", status="running", started_at=old, heartbeat_at=old
+    )
+    assert fail_lost(ExportJob, job, timezone.now())
+    job.refresh_from_db()
+    assert (
+        job.status == "failed"
+        and "export the version again" in job.error
+        and "Retry" not in job.error
+    )

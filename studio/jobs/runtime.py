@@ -171,9 +171,17 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
         message = message.replace("use Retry.", "use Resume (its finished samples are kept).")
     if model is JudgeJob:
         message = message.replace("use Retry.", "use Resume (the steps it judged are kept).")
+    if model is ExportJob:  # no file was kept: a new export is the way on
+        message = message.replace("use Retry.", "export the version again (no file was kept).")
     if reached_hard_limit(row):
         message = HARD_LIMIT_MESSAGE.format(limit=settings.STUDIO_JOB_HARD_LIMIT_S)
-        if model is EvaluationRun or model is JudgeJob:
+        if model is ExportJob:
+            message = (
+                f"Stopped at the time limit ({settings.STUDIO_JOB_HARD_LIMIT_S} s, "
+                "STUDIO_JOB_HARD_LIMIT_S); no file was kept: export a smaller version, or "
+                "use manage.py export_dataset."
+            )
+        elif model is EvaluationRun or model is JudgeJob:
             message = (
                 f"Stopped at the time limit ({settings.STUDIO_JOB_HARD_LIMIT_S} s, "
                 "STUDIO_JOB_HARD_LIMIT_S); what it finished is kept: use Resume."
