@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from django.http import HttpRequest
+from collections.abc import AsyncIterator, Iterable
+
+from django.http import HttpRequest, StreamingHttpResponse
 from django_htmx.middleware import HtmxDetails
 
 
@@ -8,3 +10,38 @@ class HtmxHttpRequest(HttpRequest):
     """A request after django-htmx's middleware: `request.htmx` is truthy for htmx requests."""
 
     htmx: HtmxDetails
+
+
+def streaming_response(
+    request: HttpRequest, chunks: Iterable[bytes | str], content_type: str
+) -> StreamingHttpResponse:
+    """A response streamed as `chunks` are made, under ASGI too: there Django reads a
+    synchronous iterator to its end before sending a byte (a whole export in memory), so the
+    iterator is pulled in batches from the request's thread instead."""
+    from django.core.handlers.asgi import ASGIRequest
+
+    if not isinstance(request, ASGIRequest):
+        return StreamingHttpResponse(chunks, content_type=content_type)
+    from asgiref.sync import sync_to_async
+
+    pieces = iter(chunks)
+
+    def take(limit: int = 1 << 16) -> bytes:
+        out, size = [], 0
+        for piece in pieces:
+            data = piece.encode() if isinstance(piece, str) else piece
+            out.append(data)
+            size += len(data)
+            if size >= limit:
+                break
+        return b"".join(out)
+
+    async def pull() -> AsyncIterator[bytes]:
+        while True:
+            # thread_sensitive: a database cursor stays on the thread that opened it
+            piece = await sync_to_async(take, thread_sensitive=True)()
+            if not piece:
+                return
+            yield piece
+
+    return StreamingHttpResponse(pull(), content_type=content_type)

@@ -313,6 +313,13 @@ def test_under_asgi_the_download_streams_instead_of_being_read_whole_first(
         )
         with urllib.request.urlopen(request, timeout=30) as response:
             body = response.read().decode()
+        # a branch's native export streams the same way
+        branch = urllib.request.Request(
+            f"{base}{reverse('branch_export', args=[root.pk])}", headers={"Cookie": cookie}
+        )
+        with urllib.request.urlopen(branch, timeout=30) as response:
+            native = json.loads(response.read())
+    assert len(native["trajectories"][0]["steps"]) == 5
     assert len(body.splitlines()) == 5 and '"completion"' in body
     assert not [w for w in recwarn if "synchronous iterators" in str(w.message)]
 

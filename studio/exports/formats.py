@@ -487,24 +487,38 @@ def _agent_text(example: Example) -> list[str]:
     return _memoized(example, "agent-text", build)
 
 
-def _agent_sharegpt(example: Example) -> dict[str, Any] | None:
-    if _no_action(example):
-        return None
+# the four turns of an agent's text conversation: its message, what answers it, a tool call,
+# the tool's result
+SHAREGPT_AGENT_ROLES = ("gpt", "human", "function_call", "observation")
+SWIFT_AGENT_ROLES = ("assistant", "user", "tool_call", "tool_response")
+
+
+def _agent_flat(
+    example: Example, key: str, fields: tuple[str, str], roles: tuple[str, str, str, str]
+) -> list[dict[str, Any]]:
+    """Per step: the agent's text (or its tool call as `{"name","arguments"}` JSON), then the
+    observation, as `{fields[0]: role, fields[1]: text}` messages (once per branch)."""
+    said, answer, call_role, result = roles
+    role_key, text_key = fields
 
     def build() -> list[dict[str, Any]]:
         flat: list[dict[str, Any]] = []
         texts = _agent_text(example)
         for step, call, text in zip(example.steps, _calls(example), texts, strict=True):
-            if call is None:
-                flat.append({"from": "gpt", "value": text})
-                flat.append({"from": "human", "value": step.observation})
-            else:
-                flat.append({"from": "function_call", "value": text})
-                flat.append({"from": "observation", "value": step.observation})
+            flat.append({role_key: said if call is None else call_role, text_key: text})
+            flat.append({role_key: answer if call is None else result, text_key: step.observation})
         return flat
 
+    return _memoized(example, key, build)
+
+
+def _agent_sharegpt(example: Example) -> dict[str, Any] | None:
+    if _no_action(example):
+        return None
+
     conversations = [{"from": "human", "value": _agent_user(example)}]
-    conversations += _memoized(example, "agent-sharegpt", build)[: 2 * example.position + 1]
+    flat = _agent_flat(example, "agent-sharegpt", ("from", "value"), SHAREGPT_AGENT_ROLES)
+    conversations += flat[: 2 * example.position + 1]
     schemas = _schemas(example)
     return {
         "conversations": conversations,
@@ -542,23 +556,12 @@ def _agent_swift(example: Example) -> dict[str, Any] | None:
     if _no_action(example):
         return None
 
-    def build() -> list[dict[str, Any]]:
-        flat: list[dict[str, Any]] = []
-        texts = _agent_text(example)
-        for step, call, text in zip(example.steps, _calls(example), texts, strict=True):
-            if call is None:
-                flat.append({"role": "assistant", "content": text})
-                flat.append({"role": "user", "content": step.observation})
-            else:
-                flat.append({"role": "tool_call", "content": text})
-                flat.append({"role": "tool_response", "content": step.observation})
-        return flat
-
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": agent_system_prompt(example.domain)},
         {"role": "user", "content": _agent_user(example)},
     ]
-    messages += _memoized(example, "agent-swift", build)[: 2 * example.position + 1]
+    flat = _agent_flat(example, "agent-swift", ("role", "content"), SWIFT_AGENT_ROLES)
+    messages += flat[: 2 * example.position + 1]
     row: dict[str, Any] = {"messages": messages}
     tools = _openai_tools(example)
     if tools:

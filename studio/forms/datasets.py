@@ -8,15 +8,21 @@ from typing import Any, cast
 
 from django import forms
 
-from studio.exports.formats import FORMATS
-from studio.models import AnnotationQueue, Project, World
+from studio.exports.formats import FORMATS, ExportOptions
+from studio.forms.queues import StepFilterForm
+from studio.models import AnnotationQueue, Project
 from studio.services.datasets import MAX_ITEMS, SelectionData
-from studio.services.queues import DOMAIN_CHOICES, ORIGINS, QueueData
+from studio.services.queues import QueueData
 
 SOURCES = [("queue", "A queue's accepted items"), ("filter", "Steps matching a filter")]
 
 
-class DatasetForm(forms.Form):
+class DatasetForm(StepFilterForm):
+    field_order = [
+        "name", "description", "source", "queue", "with_fixed", "domain", "origin",
+        "perturbed", "malformed", "tag", "world", "judge_below", "limit",
+    ]  # fmt: skip
+
     name = forms.CharField(
         max_length=200, help_text="A new name makes a dataset; an existing one a new version"
     )
@@ -30,29 +36,12 @@ class DatasetForm(forms.Form):
         initial=True,
         label="Also items marked “needs fix” that have a corrected observation",
     )
-    domain = forms.ChoiceField(choices=DOMAIN_CHOICES, required=False)
-    origin = forms.ChoiceField(choices=list(ORIGINS.items()), required=False, label="Branches")
-    perturbed = forms.BooleanField(required=False, help_text="Only perturbed observations")
-    malformed = forms.BooleanField(
-        required=False, help_text="Only simulations whose answer was not well formed"
-    )
-    tag = forms.CharField(max_length=100, required=False, help_text="A trajectory tag")
-    world = forms.ChoiceField(choices=[], required=False, help_text="Steps simulated in a world")
-    judge_below = forms.FloatField(
-        required=False, min_value=1.0, max_value=5.0, label="Judge score below"
-    )
     limit = forms.IntegerField(min_value=1, max_value=MAX_ITEMS, initial=1000, label="At most")
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.project = project
+        super().__init__(*args, project=project, **kwargs)
         queues = AnnotationQueue.objects.filter(project=project).order_by("-created_at")
         cast(forms.ModelChoiceField, self.fields["queue"]).queryset = queues
-        worlds = World.objects.filter(project=project).order_by("name")
-        cast(forms.ChoiceField, self.fields["world"]).choices = [
-            ("", "any"),
-            *[(w.name, w.name) for w in worlds],
-        ]
 
     def clean(self) -> dict[str, Any]:
         c = super().clean() or {}
@@ -73,17 +62,7 @@ class DatasetForm(forms.Form):
         return SelectionData(
             name=name,
             description=c["description"].strip(),
-            filter=QueueData(
-                name=name,
-                domain=c["domain"] or "",
-                origin=c["origin"] or "",
-                perturbed=c["perturbed"],
-                malformed=c["malformed"],
-                tag=c["tag"].strip(),
-                world=c["world"] or "",
-                judge_below=c.get("judge_below"),
-                limit=c["limit"],
-            ),
+            filter=QueueData(name=name, **self.filter_values()),
         )
 
 
@@ -102,3 +81,11 @@ class ExportForm(forms.Form):
     style = forms.ChoiceField(
         choices=[("sharegpt", "ShareGPT"), ("alpaca", "Alpaca")], required=False, initial="sharegpt"
     )
+
+    def export_options(self) -> ExportOptions:
+        c = self.cleaned_data
+        return ExportOptions(
+            turns=c["turns"] or "wm",
+            thinking=c["thinking"],
+            llamafactory_style=c["style"] or "sharegpt",
+        )

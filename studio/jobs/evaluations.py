@@ -100,18 +100,32 @@ def _world_backend(run: EvaluationRun, rows_for_retrieval: Callable[[], list[dic
     )
 
 
-def _judge(run: EvaluationRun) -> Judge:
+def make_judge(
+    endpoint: Any, base_url: str, model: str, temperature: Any, max_tokens: Any
+) -> Judge:
+    """The judge model of a job, as the row recorded it (an evaluation, a judge job): bounded
+    requests, so a job stops in time to hand over to its next message."""
     from studio.services.endpoints import key_for_job
 
-    params = run.params or {}
     return Judge(
-        base_url=run.judge_base_url,
-        model=run.judge_model,
-        api_key=key_for_job(run.judge_endpoint, run.judge_base_url, env="JUDGE_MODEL_API_KEY"),
-        temperature=float(params.get("judge_temperature", 0.6)),
-        max_tokens=int(params.get("judge_max_tokens", 32768)),
+        base_url=base_url,
+        model=model,
+        api_key=key_for_job(endpoint, base_url, env="JUDGE_MODEL_API_KEY"),
+        temperature=float(temperature),
+        max_tokens=int(max_tokens),
         timeout=REQUEST_TIMEOUT_S,
         attempts=2,
+    )
+
+
+def _judge(run: EvaluationRun) -> Judge:
+    params = run.params or {}
+    return make_judge(
+        run.judge_endpoint,
+        run.judge_base_url,
+        run.judge_model,
+        params.get("judge_temperature", 0.6),
+        params.get("judge_max_tokens", 32768),
     )
 
 

@@ -38,11 +38,7 @@ def run_export_job(job_id: int, message_id: str = "") -> None:
                     progress=min(0.99, c.items / total), items_done=c.items, rows=c.rows
                 )
 
-        options = ExportOptions(
-            turns=job.options.get("turns", "wm"),
-            thinking=bool(job.options.get("thinking")),
-            llamafactory_style=job.options.get("style", "sharegpt"),
-        )
+        options = ExportOptions(**job.options)
         try:
             made = service.export_file(
                 job.version, job.format, options, export_folder(), counts,

@@ -20,25 +20,21 @@ from studio.services.judging import JudgeItem, items_for, judged_steps, target_s
 
 log = logging.getLogger(__name__)
 
-REQUEST_TIMEOUT_S = 300
-
 
 class JudgingError(Exception):
     pass
 
 
 def _judge(job: JudgeJob) -> Judge:
-    from studio.services.endpoints import key_for_job
+    from studio.jobs.evaluations import make_judge
 
     params = job.params or {}
-    return Judge(
-        base_url=job.judge_base_url,
-        model=job.judge_model,
-        api_key=key_for_job(job.judge_endpoint, job.judge_base_url, env="JUDGE_MODEL_API_KEY"),
-        temperature=float(params.get("temperature", 0.6)),
-        max_tokens=int(params.get("max_tokens", 32768)),
-        timeout=REQUEST_TIMEOUT_S,
-        attempts=2,
+    return make_judge(
+        job.judge_endpoint,
+        job.judge_base_url,
+        job.judge_model,
+        params.get("temperature", 0.6),
+        params.get("max_tokens", 32768),
     )
 
 

@@ -33,7 +33,7 @@ from studio.jobs.runtime import JobMonitor, claim, finish
 from studio.models import Branch, JobStatus, Provenance, SimulationJob, Step, Trajectory
 from studio.models.trajectories import BranchStatus
 from studio.services.endpoints import EndpointError
-from studio.services.simulation import system_prompt_for
+from studio.services.simulation import system_prompt_for, turn_of
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +75,7 @@ def history_stream(branch: Branch, fork_index: int) -> Iterator[Turn]:
         if not chunk:
             return
         for step in chunk:
-            yield Turn(
-                action=step.action,
-                observation=step.observation,
-                state=step.state,
-                raw_prompt=step.raw_prompt,
-                raw_response=(step.meta or {}).get("raw_response", "") or "",
-            )
+            yield turn_of(step)
         if len(chunk) < HISTORY_CHUNK:
             return  # the last chunk: no query to find that nothing follows
         start = chunk[-1].index + 1

@@ -89,7 +89,7 @@ class ExportJob(JobBase):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     format = models.CharField(max_length=40)
-    options = models.JSONField(default=dict, blank=True)  # turns, thinking, style
+    options = models.JSONField(default=dict, blank=True)  # ExportOptions, as a dict
     queue = models.CharField(max_length=50, default="default")
     cancel_requested = models.BooleanField(default=False)
     phase = models.CharField(max_length=20, default="queued")

@@ -16,6 +16,7 @@ import io
 import json
 import os
 import tempfile
+import uuid
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -205,10 +206,6 @@ def create_version(project: Project, user, data: SelectionData) -> DatasetVersio
         )
         version.item_count, version.corrected_count = len(rows), sum(r.corrected for r in rows)
     return version
-
-
-def delete_dataset(dataset: Dataset) -> None:
-    dataset.delete()
 
 
 # ---- examples -----------------------------------------------------------------------------
@@ -626,6 +623,58 @@ class ExportFile:
     size: int
 
 
+def ticking(
+    examples: Iterable[Example],
+    counts: ExportCounts,
+    tick: Callable[[ExportCounts], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> Iterator[Example]:
+    """The examples, calling `tick(counts)` after each one; `stop()` true: ExportStopped."""
+    for example in examples:
+        if stop is not None and stop():
+            raise ExportStopped
+        yield example
+        if tick is not None:
+            tick(counts)
+
+
+def version_chunks(
+    version: DatasetVersion,
+    fmt: str,
+    options: ExportOptions,
+    counts: ExportCounts,
+    *,
+    tick: Callable[[ExportCounts], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> tuple[str, Iterator[bytes]]:
+    """A version's export as a file name and its bytes, made as they are read (LLaMA-Factory:
+    a zip with its `dataset_info.json`): the one shape of the download and the file."""
+    check_format(fmt)
+    dataset = version.dataset
+    stem = f"{file_stem(dataset.name)}-v{version.number}-{fmt}"
+    examples = ticking(version_examples(version, counts), counts, tick, stop)
+    lines = rows_of(examples, fmt, options, counts)
+    name = f"{stem}.jsonl"
+    if fmt != "llamafactory":
+        return name, lines
+    info_name = f"{file_stem(dataset.name)}-v{version.number}"
+    return f"{stem}.zip", zip_chunks(lines, name, lambda: dataset_info(info_name, options, name))
+
+
+def write_atomically(chunks: Iterable[bytes], dest: Path) -> int:
+    """The bytes into `dest`, written under a temporary name beside it and moved into place
+    once complete, so a failed or stopped export leaves no half file. Returns the size."""
+    fd, tmp = tempfile.mkstemp(prefix=".export-", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write_rows(chunks, out)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest.stat().st_size
+
+
 def export_file(
     version: DatasetVersion,
     fmt: str,
@@ -636,40 +685,12 @@ def export_file(
     tick: Callable[[ExportCounts], None] | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> ExportFile:
-    """The version in `fmt` as a file in `folder`: written under a temporary name and moved
-    into place once complete, so nothing half-written is ever offered (LLaMA-Factory: a zip
-    with its `dataset_info.json`). `tick(counts)` after each step read; `stop()` true:
-    ExportStopped, and the file is removed."""
-    check_format(fmt)
-    dataset = version.dataset
-    stem = f"{file_stem(dataset.name)}-v{version.number}-{fmt}"
-
-    def ticking() -> Iterator[Example]:
-        for example in version_examples(version, counts):
-            if stop is not None and stop():
-                raise ExportStopped
-            yield example
-            if tick is not None:
-                tick(counts)
-
-    lines = rows_of(ticking(), fmt, options, counts)
-    chunks: Iterable[bytes] = lines
-    name = f"{stem}.jsonl"
-    if fmt == "llamafactory":
-        info_name = f"{file_stem(dataset.name)}-v{version.number}"
-        chunks = zip_chunks(lines, name, lambda: dataset_info(info_name, options, name))
-        name = f"{stem}.zip"
+    """The version in `fmt` as a file in `folder` (see `version_chunks`, `write_atomically`);
+    `tick(counts)` after each step read; `stop()` true: ExportStopped, and no file is left."""
+    name, chunks = version_chunks(version, fmt, options, counts, tick=tick, stop=stop)
     folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".export-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            write_rows(chunks, out)
-        final = folder / f"{tmp.rsplit('-', 1)[-1]}-{name}"
-        os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return ExportFile(final, name, final.stat().st_size)
+    path = folder / f"{uuid.uuid4().hex[:12]}-{name}"
+    return ExportFile(path, name, write_atomically(chunks, path))
 
 
 def dataset_info(name: str, options: ExportOptions, file_name: str) -> str:

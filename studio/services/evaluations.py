@@ -14,11 +14,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count, F
 from django.db.models.fields.json import KT
-from django.utils import timezone
 
 from inference.judge import DIMENSIONS
 from inference.scoring import score_rows
-from inference.types import Turn
 from studio.models import (
     DOMAINS,
     EvaluationRun,
@@ -32,6 +30,7 @@ from studio.models import (
     Trajectory,
 )
 from studio.queues import queue_name
+from studio.services.jobs import reopen, request_cancel
 
 SOURCES = {
     "recorded": "Every recorded trajectory of the project",
@@ -91,14 +90,7 @@ def start_evaluation(project: Project, user, data: EvaluationData) -> Evaluation
 def cancel_evaluation(run: EvaluationRun) -> None:
     """A queued run ends at once; a running one stops after the requests in flight (its
     finished samples are kept)."""
-    now = timezone.now()
-    with transaction.atomic():
-        if not EvaluationRun.objects.filter(pk=run.pk, status=JobStatus.QUEUED).update(
-            status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now, phase="cancelled"
-        ):
-            EvaluationRun.objects.filter(pk=run.pk, status=JobStatus.RUNNING).update(
-                cancel_requested=True
-            )
+    request_cancel(EvaluationRun, run.pk)
 
 
 def resume_evaluation(run: EvaluationRun) -> bool:
@@ -106,16 +98,7 @@ def resume_evaluation(run: EvaluationRun) -> bool:
     done yet, and tries the failed ones again (a model fixed meanwhile); the finished ones
     are kept. The caller enqueues it."""
     with transaction.atomic():
-        resumed = EvaluationRun.objects.filter(
-            pk=run.pk, status__in=[JobStatus.FAILED, JobStatus.CANCELLED]
-        ).update(
-            status=JobStatus.QUEUED,
-            error="",
-            finished_at=None,
-            cancel_requested=False,
-            phase="queued",
-            message_id="",
-        )
+        resumed = reopen(EvaluationRun, run.pk)
         if resumed:
             run.samples.filter(stage=SampleStage.INFER_FAILED).update(
                 stage=SampleStage.PENDING, error=""
@@ -123,7 +106,7 @@ def resume_evaluation(run: EvaluationRun) -> bool:
             run.samples.filter(stage=SampleStage.JUDGE_FAILED).exclude(gen="").update(
                 stage=SampleStage.PREDICTED, error="", judgement={}, total_score=None
             )
-    return bool(resumed)
+    return resumed
 
 
 # ---- samples --------------------------------------------------------------------------------
@@ -187,7 +170,7 @@ def rows_of(trajectory: Trajectory) -> list[dict[str, Any]]:
     AgentWorldBench turns verbatim, others in the studio's turn format), `turn_idx` is the
     step's turn, `system_str` the world-model system prompt."""
     from inference.prompts import format_observation, format_turn_prompt
-    from studio.services.simulation import system_prompt_for
+    from studio.services.simulation import system_prompt_for, turn_of
 
     steps = list(
         trajectory.root_branch.all_steps().only(
@@ -197,13 +180,7 @@ def rows_of(trajectory: Trajectory) -> list[dict[str, Any]]:
     task = trajectory.task_instruction or ""
     prompts, responses = [], []
     for number, step in enumerate(steps, 1):
-        turn = Turn(
-            action=step.action,
-            observation=step.observation,
-            state=step.state,
-            raw_prompt=step.raw_prompt,
-            raw_response=(step.meta or {}).get("raw_response", "") or "",
-        )
+        turn = turn_of(step)
         prompts.append(format_turn_prompt(number, turn, task))
         responses.append(format_observation(turn, number))
     base = {

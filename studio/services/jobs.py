@@ -1,4 +1,4 @@
-"""What pages show of a job's liveness, read from its row (and, for an import on SQLite, its
+"""Stopping and resuming the jobs that can (evaluations, judge jobs, exports), and what pages show of a job's liveness, read from its row (and, for an import on SQLite, its
 pulse file) without writing anything: a request never changes a job's state. The workers'
 sweeper (`studio.jobs.sweeper`) is what marks a dead worker's job failed."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from studio.jobs.runtime import lost_after_s, pulse_is_fresh, read_pulse
@@ -31,3 +32,29 @@ def shown_progress(job: Any) -> float:
         pulse = read_pulse(type(job), job.pk) or {}
         progress = max(progress, float(pulse.get("progress") or 0.0))
     return progress
+
+
+def request_cancel(model: Any, pk: int) -> None:
+    """A queued job ends at once (cancelled); a running one is asked to stop, and its worker
+    ends it after the work in flight."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not model.objects.filter(pk=pk, status=JobStatus.QUEUED).update(
+            status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now, phase="cancelled"
+        ):
+            model.objects.filter(pk=pk, status=JobStatus.RUNNING).update(cancel_requested=True)
+
+
+def reopen(model: Any, pk: int) -> bool:
+    """A stopped job (failed or cancelled) back to queued for its worker to go on (the caller
+    enqueues it, in the same transaction); False when it had not stopped."""
+    return bool(
+        model.objects.filter(pk=pk, status__in=[JobStatus.FAILED, JobStatus.CANCELLED]).update(
+            status=JobStatus.QUEUED,
+            error="",
+            finished_at=None,
+            cancel_requested=False,
+            phase="queued",
+            message_id="",
+        )
+    )

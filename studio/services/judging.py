@@ -18,17 +18,14 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import F, QuerySet
-from django.utils import timezone
 
 from inference.judge import DIMENSIONS
 from inference.prompts import format_observation, format_turn_prompt
 from inference.simulation.meaning import same_meaning
-from inference.types import Turn
 from studio.models import (
     AnnotationQueue,
     Branch,
     BranchOrigin,
-    JobStatus,
     JudgeJob,
     JudgeTarget,
     ModelEndpoint,
@@ -41,6 +38,8 @@ from studio.models import (
     StepJudgement,
 )
 from studio.queues import queue_name
+from studio.services.jobs import reopen, request_cancel
+from studio.services.simulation import system_prompt_for, turn_of
 
 JUDGED_SOURCES = (ObservationSource.SIMULATED, ObservationSource.PERTURBED)
 TURN_FIELDS = (
@@ -114,36 +113,20 @@ def start_judging(project: Project, user, data: JudgeData) -> JudgeJob:
 
 
 def cancel_judging(job: JudgeJob) -> None:
-    now = timezone.now()
-    with transaction.atomic():
-        if not JudgeJob.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
-            status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now, phase="cancelled"
-        ):
-            JudgeJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
-                cancel_requested=True
-            )
+    request_cancel(JudgeJob, job.pk)
 
 
 def resume_judging(job: JudgeJob) -> bool:
     """A stopped job (failed, cancelled, its worker lost) goes on with the steps it has not
     judged, and tries its failed ones again; its judgements are kept. The caller enqueues."""
     with transaction.atomic():
-        resumed = JudgeJob.objects.filter(
-            pk=job.pk, status__in=[JobStatus.FAILED, JobStatus.CANCELLED]
-        ).update(
-            status=JobStatus.QUEUED,
-            error="",
-            finished_at=None,
-            cancel_requested=False,
-            phase="queued",
-            message_id="",
-        )
+        resumed = reopen(JudgeJob, job.pk)
         if resumed:
             failed = StepJudgement.objects.filter(job=job, ok=False)
             count = failed.count()
             failed.delete()
             JudgeJob.objects.filter(pk=job.pk).update(steps_failed=F("steps_failed") - count)
-    return bool(resumed)
+    return resumed
 
 
 def target_steps(job: JudgeJob) -> QuerySet[Step]:
@@ -165,16 +148,6 @@ def judged_steps(job: JudgeJob) -> QuerySet[Step]:
 
 
 # ---- rows -----------------------------------------------------------------------------------
-
-
-def _turn(step: Step) -> Turn:
-    return Turn(
-        action=step.action,
-        observation=step.observation,
-        state=step.state,
-        raw_prompt=step.raw_prompt,
-        raw_response=(step.meta or {}).get("raw_response", "") or "",
-    )
 
 
 def _recorded_path(branch: Branch) -> dict[int, Step]:
@@ -234,13 +207,12 @@ def items_for(steps: Iterable[Step]) -> Iterator[JudgeItem]:
         path = list(branch.all_steps().only(*TURN_FIELDS))
         recorded = _recorded_path(branch)
         task = trajectory.task_instruction or ""
-        prompts = [format_turn_prompt(n, _turn(s), task) for n, s in enumerate(path, 1)]
+        prompts = [format_turn_prompt(n, turn_of(s), task) for n, s in enumerate(path, 1)]
         responses = [
-            format_observation(_turn(s), n) if s.observation else "" for n, s in enumerate(path, 1)
+            format_observation(turn_of(s), n) if s.observation else ""
+            for n, s in enumerate(path, 1)
         ]
         position = {s.index: i for i, s in enumerate(path)}
-        from studio.services.simulation import system_prompt_for
-
         system = system_prompt_for(trajectory)
         for step in group:
             at = position.get(step.index)
@@ -249,7 +221,7 @@ def items_for(steps: Iterable[Step]) -> Iterator[JudgeItem]:
             reference = _reference_of(path, at, recorded)
             turn_responses = responses[: at + 1]
             if reference is not None:
-                turn_responses[at] = format_observation(_turn(reference), at + 1)
+                turn_responses[at] = format_observation(turn_of(reference), at + 1)
             row = {
                 "task": trajectory.domain,
                 "id": f"{trajectory.pk}:{branch_id}:{step.index}",

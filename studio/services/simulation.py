@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from inference.simulation.request import FIELDS as REQUEST_FIELDS
 from inference.simulation.request import ForkFacts, InvalidRequest, SimulationRequest
+from inference.types import Turn
 from studio.jobs.runtime import fail_lost, is_silent
 from studio.models import (
     Branch,
@@ -23,6 +24,7 @@ from studio.models import (
     JobStatus,
     ModelEndpoint,
     SimulationJob,
+    Step,
     Trajectory,
     WorldVersion,
 )
@@ -61,6 +63,18 @@ def build_request(branch: Branch, data: Mapping[str, Any]) -> SimulationRequest:
         data,
         fork=fork_facts(branch, data.get("fork_index")),
         defaults=simulation_defaults(branch.trajectory.project),
+    )
+
+
+def turn_of(step: Step) -> Turn:
+    """A stored step as the world model's turn (an imported AgentWorldBench turn keeps its
+    verbatim response)."""
+    return Turn(
+        action=step.action,
+        observation=step.observation,
+        state=step.state,
+        raw_prompt=step.raw_prompt,
+        raw_response=(step.meta or {}).get("raw_response", "") or "",
     )
 
 

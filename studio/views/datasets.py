@@ -4,7 +4,7 @@ streamed download), and adding a hand-picked step to a dataset from its annotati
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 from django.contrib import messages
@@ -12,18 +12,18 @@ from django.http import FileResponse, Http404, HttpResponse, StreamingHttpRespon
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import path, reverse
-from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from studio.access import get_project_for_user, get_step_for_user, signed_in_user
-from studio.exports.formats import FORMATS, ExportOptions
+from studio.exports.formats import FORMATS
 from studio.forms.datasets import AddStepForm, DatasetForm, ExportForm
-from studio.http import HtmxHttpRequest
+from studio.http import HtmxHttpRequest, streaming_response
 from studio.models import Dataset, DatasetVersion, ExportJob, JobStatus, Membership
 from studio.queues import queue_name
 from studio.services import datasets as service
+from studio.services.jobs import request_cancel
 from studio.tasks import enqueue_export
 
 
@@ -100,38 +100,6 @@ def dataset_detail(request: HtmxHttpRequest, dataset_id: int) -> HttpResponse:
     )
 
 
-def _streamed(
-    request: HtmxHttpRequest, chunks: Iterator[bytes], content_type: str
-) -> StreamingHttpResponse:
-    """A streaming response that stays streamed under ASGI too: there Django would read a
-    synchronous iterator to its end before sending a byte (the whole export in memory), so
-    the iterator is pulled in batches from the request's thread instead."""
-    from django.core.handlers.asgi import ASGIRequest
-
-    if not isinstance(request, ASGIRequest):
-        return StreamingHttpResponse(chunks, content_type=content_type)
-    from asgiref.sync import sync_to_async
-
-    def take(limit: int = 1 << 16) -> bytes:
-        out, size = [], 0
-        for piece in chunks:
-            out.append(piece)
-            size += len(piece)
-            if size >= limit:
-                break
-        return b"".join(out)
-
-    async def pull():
-        while True:
-            # thread_sensitive: the database cursor stays on the thread that opened it
-            piece = await sync_to_async(take, thread_sensitive=True)()
-            if not piece:
-                return
-            yield piece
-
-    return StreamingHttpResponse(pull(), content_type=content_type)
-
-
 def dataset_export(
     request: HtmxHttpRequest, version_id: int
 ) -> HttpResponse | StreamingHttpResponse:
@@ -151,30 +119,13 @@ def dataset_export(
             status=400,
             content_type="text/plain; charset=utf-8",
         )
-    c = form.cleaned_data
-    fmt = c["format"]
-    options = ExportOptions(
-        turns=c["turns"] or "wm",
-        thinking=c["thinking"],
-        llamafactory_style=c["style"] or "sharegpt",
-    )
-    stem = f"{service.file_stem(dataset.name)}-v{version.number}-{fmt}"
     counts = service.ExportCounts()
-    lines = service.rows_of(service.version_examples(version, counts), fmt, options, counts)
-    if fmt == "llamafactory":
-        data_name = f"{stem}.jsonl"
-        info_name = f"{service.file_stem(dataset.name)}-v{version.number}"
-        response = _streamed(
-            request,
-            service.zip_chunks(
-                lines, data_name, lambda: service.dataset_info(info_name, options, data_name)
-            ),
-            "application/zip",
-        )
-        response["Content-Disposition"] = f'attachment; filename="{stem}.zip"'
-        return response
-    response = _streamed(request, lines, "application/x-ndjson")
-    response["Content-Disposition"] = f'attachment; filename="{stem}.jsonl"'
+    name, chunks = service.version_chunks(
+        version, form.cleaned_data["format"], form.export_options(), counts
+    )
+    content_type = "application/zip" if name.endswith(".zip") else "application/x-ndjson"
+    response = streaming_response(request, chunks, content_type)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
 
 
@@ -191,16 +142,11 @@ def export_start(request: HtmxHttpRequest, version_id: int) -> HttpResponse:
     if version.item_count == 0:
         messages.error(request, f"{dataset.name} v{version.number} is empty: nothing to export.")
         return redirect(back)
-    c = form.cleaned_data
     job = ExportJob.objects.create(
         version=version,
         requester=signed_in_user(request),
-        format=c["format"],
-        options={
-            "turns": c["turns"] or "wm",
-            "thinking": c["thinking"],
-            "style": c["style"] or "sharegpt",
-        },
+        format=form.cleaned_data["format"],
+        options=asdict(form.export_options()),
         queue=queue_name("default"),
     )
     enqueue_export(job)
@@ -234,11 +180,7 @@ def export_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def export_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     job = _get_export_for_user(request, job_id)
-    now = timezone.now()
-    if not ExportJob.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
-        status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now, phase="cancelled"
-    ):
-        ExportJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(cancel_requested=True)
+    request_cancel(ExportJob, job.pk)
     return redirect("export_job", job_id=job.pk)
 
 

@@ -16,7 +16,7 @@ from django.urls import path
 from django.utils.html import format_html
 
 from studio.access import get_branch_for_user, get_step_for_user, get_trajectory_for_user
-from studio.http import HtmxHttpRequest
+from studio.http import HtmxHttpRequest, streaming_response
 from studio.models import Branch, Step, Trajectory
 from studio.rendering import render_observation
 from studio.services.exports import export_chunks
@@ -141,7 +141,7 @@ def step_raw_output(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
 def branch_export(request: HtmxHttpRequest, branch_id: int) -> StreamingHttpResponse:
     """The branch as an `agentworld-studio/v1` file, provenance and perturbations kept."""
     branch, _ = get_branch_for_user(request, branch_id)
-    response = StreamingHttpResponse(export_chunks(branch), content_type="application/json")
+    response = streaming_response(request, export_chunks(branch), "application/json")
     response["Content-Disposition"] = (
         f'attachment; filename="trajectory-{branch.trajectory_id}-branch-{branch.pk}.json"'
     )

@@ -7,8 +7,6 @@ format also writes (or updates) `dataset_info.json` in PATH's folder."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -93,24 +91,11 @@ class Command(BaseCommand):
         options = ExportOptions(
             turns=o["turns"], thinking=o["thinking"], llamafactory_style=o["style"]
         )
-        fd, tmp = tempfile.mkstemp(prefix=".export-", dir=out.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                bar = tqdm(total=total, unit="step", disable=o["no_progress"], desc="export")
-                with bar:
-
-                    def ticking(items):
-                        for example in items:  # one tick per step read
-                            bar.update(1)
-                            yield example
-
-                    lines = service.rows_of(ticking(examples), o["fmt"], options, counts)
-                    service.write_rows(lines, handle)
-                    bar.update(max(0, total - bar.n))  # items whose step was deleted
-            os.replace(tmp, out)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        bar = tqdm(total=total, unit="step", disable=o["no_progress"], desc="export")
+        with bar:  # one tick per step read
+            examples = service.ticking(examples, counts, lambda _: bar.update(1))
+            service.write_atomically(service.rows_of(examples, o["fmt"], options, counts), out)
+            bar.update(max(0, total - bar.n))  # items whose step was deleted
         if o["fmt"] == "llamafactory":
             self._dataset_info(out, info_name, options)
         line = f"wrote {counts.rows} rows of {label} to {out} ({o['fmt']})"
