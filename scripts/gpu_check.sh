@@ -1,14 +1,53 @@
 #!/usr/bin/env bash
-# The GPU check of the world-model engine, prepared as ONE short run for a session that is lent
-# a GPU machine (its python3 has torch + transformers; nothing else is needed: `inference/` is
-# plain Python). Writes its output under $OUT (or /tmp/gpu-check) for the README's figures:
-#   bench-tiny.txt   tiny preset on CUDA (sanity: greedy outputs equal, speedup line)
-#   bench-35b.txt    full qwen3_5_moe architecture, random bf16 weights, P=4096 N=16 T=64
+# The GPU check of the world-model engine, prepared as ONE short run (under ~8 minutes, each step
+# under its own timeout) for a session that is lent a GPU machine for 15 minutes in all. Its
+# python3 needs torch + transformers (`inference/` is plain Python; PYTHON=... to use another).
+# Everything is tee'd under $OUT (or /tmp/gpu-check), for the README's figures:
+#   env.txt           GPU, driver, torch/transformers, whether fla and causal_conv1d import
+#   plan-100k.txt     the memory arithmetic of N=64 at P=100K (no model built)
+#   bench-tiny.txt    tiny preset on CUDA, all sides, T=16,256 (sanity: outputs equal naive)
+#   bench-35b.txt     full architecture, random bf16 weights, P=4096 N=16 T=64, both suffix
+#                     modes, naive/batched/engine: the headline speedups
+#   bench-100k.txt    full architecture, P=100,000 N=64 T=64, engine only: peak memory, no OOM
+#   bench-35b-256.txt the full preset at T=256 (identical suffixes), only if time is left
+#   steps.txt         each step's start time and exit code (124: its timeout)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu-check}
+py=${PYTHON:-python3}
 mkdir -p "$out"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
-python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' | tee -a "$out/gpu.txt"
-timeout 120 python3 -m inference.bench --preset tiny --device cuda 2>&1 | tee "$out/bench-tiny.txt"
-timeout 420 python3 -m inference.bench --preset qwen3.5-35b-a3b --device cuda 2>&1 | tee "$out/bench-35b.txt"
+start=$(date +%s)
+elapsed() { echo $(($(date +%s) - start)); }
+
+step() { # step NAME TIMEOUT_S COMMAND...
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name: start at $(elapsed)s, timeout ${limit}s: $*" | tee -a "$out/steps.txt"
+    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$out/$name.txt"
+    echo "== $name: exit ${PIPESTATUS[0]} at $(elapsed)s" | tee -a "$out/steps.txt"
+}
+
+step env 60 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; $py -c '
+import importlib, torch, transformers
+print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"transformers\", transformers.__version__)
+print(\"device\", torch.cuda.get_device_name(0) if torch.cuda.is_available() else \"NO CUDA\")
+for mod in (\"fla\", \"causal_conv1d\"):
+    try:
+        importlib.import_module(mod)
+        print(mod, \"imports\")
+    except Exception as e:
+        print(mod, \"does not import:\", type(e).__name__, e)
+'"
+step plan-100k 60 "$py" -m inference.bench --plan --preset qwen3.5-35b-a3b-100k
+step bench-tiny 75 "$py" -m inference.bench --preset tiny --device cuda --new-tokens 16,256
+step bench-35b 210 "$py" -m inference.bench --preset qwen3.5-35b-a3b --device cuda --new-tokens 64
+step bench-100k 150 "$py" -m inference.bench --preset qwen3.5-35b-a3b-100k --device cuda
+left=$((470 - $(elapsed)))
+if [ "$left" -ge 120 ]; then
+    step bench-35b-256 "$left" "$py" -m inference.bench --preset qwen3.5-35b-a3b --device cuda \
+        --new-tokens 256 --suffix identical
+else
+    echo "== bench-35b-256: skipped, ${left}s left of the 470s plan" | tee -a "$out/steps.txt"
+fi
+echo "== done in $(elapsed)s" | tee -a "$out/steps.txt"

@@ -1,61 +1,315 @@
-"""The benchmark's code paths (not its figures: speed is measured by running the benchmark)."""
+"""The benchmark's code paths and the memory arithmetic (not its figures: speed is measured by
+running the benchmark)."""
 
 from __future__ import annotations
 
+import json
 import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
 import torch
 
-from inference import bench
+from inference import bench, memory
+
+FULL = "qwen3.5-35b-a3b"
+
+
+@pytest.fixture
+def keep_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_full_qwen35_35b_a3b_architecture_builds_on_the_meta_device():
     from transformers import Qwen3_5MoeForCausalLM
 
-    cfg = bench.preset_config("qwen3.5-35b-a3b")
+    cfg = bench.preset_config(FULL)
     assert cfg.num_hidden_layers == 40 and cfg.num_experts == 256
     assert cfg.layer_types.count("full_attention") == 10
     assert cfg.layer_types.count("linear_attention") == 30
-    model = bench.build_model("qwen3.5-35b-a3b", "meta")  # the bench's own code path
+    model = bench.build_model(FULL, "meta")  # the bench's own code path
     assert isinstance(model, Qwen3_5MoeForCausalLM)
     assert all(p.device.type == "meta" for p in model.parameters())
     params = sum(p.numel() for p in model.parameters())
     assert 33e9 < params < 37e9  # 35B total parameters
-    preset = bench.PRESETS["qwen3.5-35b-a3b"]
-    assert (preset.prompt_tokens, preset.branches, preset.new_tokens) == (4096, 16, 64)
+    # The memory plan counts the same parameters from the config alone.
+    assert abs(memory.count_params(cfg) - params) <= 0.01 * params
+    preset = bench.PRESETS[FULL]
+    assert (preset.prompt_tokens, preset.branches, preset.new_tokens) == (4096, 16, (64,))
+    big = bench.PRESETS["qwen3.5-35b-a3b-100k"]
+    assert (big.prompt_tokens, big.branches, big.sides) == (100_000, 64, ("engine",))
+    assert bench.preset_config(big.name).to_dict() == cfg.to_dict()
 
 
 def test_tiny_preset_shape():
     preset = bench.PRESETS["tiny"]
-    assert (preset.prompt_tokens, preset.branches) == (2048, 8)
+    assert preset.new_tokens == (16, 256, 1024)
+    assert preset.sides == ("naive", "batched", "engine")
     cfg = bench.preset_config("tiny")
     assert {"linear_attention", "full_attention"} == set(cfg.layer_types)
+    model = bench.build_model("tiny", "meta")
+    assert memory.count_params(cfg) == sum(p.numel() for p in model.parameters())
 
 
-def test_bench_runs_and_ends_with_the_speedup_line(capsys):
-    threads = torch.get_num_threads()
+def test_memory_plan_of_n64_at_100k_fits_an_h200():
+    cfg = bench.preset_config(FULL)
+    plan = memory.memory_plan(cfg, 100_000, 64, 64, 2, suffix_tokens=32)
+    assert plan.kv_bytes_per_token == 20480  # 10 full layers x 2 x 2 kv heads x 256 x 2 bytes
+    assert plan.prefix_kv_bytes == 100_000 * 20480
+    # 30 linear layers x (conv 8192 x 4 x 2 B + recurrent 32 x 128 x 128 x 4 B)
+    assert plan.branch_state_bytes == 30 * (8192 * 4 * 2 + 32 * 128 * 128 * 4)
+    assert plan.branch_suffix_kv_bytes == (32 + 64) * 20480
+    assert plan.total_bytes == (
+        plan.weights_bytes + plan.prefix_kv_bytes + 64 * plan.per_branch_bytes
+    )
+    assert plan.total_bytes < 141e9 and plan.fits
+    assert plan.copied_prefix_total_bytes > 141e9  # 64 copies of the prefix would not
+    lines = memory.format_plan(plan, cfg)
+    text = "\n".join(lines)
+    assert "20,480 B" in text and "fits" in text and "DOES NOT FIT" not in text
+    # A smaller GPU says so.
+    small = memory.memory_plan(cfg, 100_000, 64, 64, 2, gpu_bytes=40e9)
+    assert not small.fits
+    assert "DOES NOT FIT" in "\n".join(memory.format_plan(small, cfg))
+
+
+def test_memory_plan_matches_what_the_cache_holds():
+    """The per-token KV and per-branch state of the plan are what a transformers cache holds
+    after a real forward of the tiny model in bf16 (conv state at the model's dtype, recurrent
+    state in float32)."""
+    from transformers import DynamicCache
+
+    from inference.tiny import tiny_config
+
+    cfg = tiny_config(640, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    from transformers import Qwen3_5MoeForCausalLM
+
+    model = Qwen3_5MoeForCausalLM(cfg).to(torch.bfloat16).eval()  # type: ignore[arg-type]
+    batch, tokens = 3, 20
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=torch.randint(3, 640, (batch, tokens)), cache=cache, use_cache=True)
+    kv = state = 0
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            if t is not None and t.numel():
+                kv += t.numel() * t.element_size()
+        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
+            for t in states.values():
+                if t is not None:
+                    state += t.numel() * t.element_size()
+    plan = memory.memory_plan(cfg, tokens, batch, 0, 2)
+    assert kv == batch * tokens * plan.kv_bytes_per_token
+    assert state == batch * plan.branch_state_bytes
+
+
+def test_plan_only_prints_the_arithmetic_without_a_model(capsys, monkeypatch):
+    def no_model(*a, **k):
+        raise AssertionError("--plan must not build a model")
+
+    monkeypatch.setattr(bench, "build_model", no_model)
+    assert bench.main(["--plan", "--preset", "qwen3.5-35b-a3b-100k"]) == 0
+    out = capsys.readouterr().out
+    assert "P=100000 N=64 T=64" in out
+    assert "prefix KV (once)     100,000 tokens x 20,480 B = 2,048,000,000 B" in out
+    assert re.search(r"total .* of 141 GB = 131\.3 GiB: fits", out)
+
+
+def test_inputs_identical_and_differing():
+    same = bench.make_inputs(640, 50, 4, "identical")
+    assert len(same) == 4 and all(b == same[0] for b in same) and len(same[0]) == 50
+    diff = bench.make_inputs(640, 50, 4, "differing", (8, 32))
+    assert [len(b) - 50 for b in diff] == [8, 16, 24, 32]  # lengths differ: padding is exercised
+    assert all(b[:50] == same[0] for b in diff)  # one shared prefix
+    assert len({tuple(b[50:58]) for b in diff}) == 4
+    assert bench.make_inputs(640, 50, 4, "differing") == diff  # seeded
+
+
+@pytest.mark.parametrize("kernel_mark", [True, False])
+def test_peak_memory_on_cpu_sees_a_transient_allocation(monkeypatch, kernel_mark):
+    """The kernel's peak-RSS mark where it can be reset, else the sampling thread: either way
+    64 MiB held for a moment and freed shows, and the RSS before the block is not counted."""
+    import time
+
+    if not kernel_mark:
+        monkeypatch.setattr(bench, "_reset_hwm", lambda: False)
+    keep = torch.ones(16 * 2**20 // 4)  # 16 MiB already there: not counted
+    with bench.PeakMemory("cpu") as mem:
+        block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        time.sleep(0.05)
+        del block
+    assert 60 * 2**20 <= mem.peak < 75 * 2**20
+    assert ("VmHWM" in bench.PeakMemory.describe("cpu")) is kernel_mark
+    del keep
+
+
+def _speedups(out: list[str]) -> list[tuple[str, str]]:
+    pat = re.compile(r"speedup: (\d+\.\d\d)x over (naive|batched)")
+    return [m.groups() for line in out if (m := pat.fullmatch(line))]
+
+
+def test_bench_runs_every_side_and_prints_speedups(capsys, keep_threads):
+    code = bench.main(
+        [
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--prompt-tokens",
+            "64",
+            "--branches",
+            "3",
+            "--new-tokens",
+            "4,6",
+        ]
+    )
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    assert any(line.startswith("memory plan: P=64 N=3 T=6") for line in out)
+    assert any(line.startswith("peak memory = ") and "RSS" in line for line in out)
+    headers = [line for line in out if line.startswith("[")]
+    assert headers == [
+        "[identical suffixes, T=4, P=64, N=3, suffix +0]",
+        "[differing suffixes, T=4, P=64, N=3, suffix +32]",
+        "[identical suffixes, T=6, P=64, N=3, suffix +0]",
+        "[differing suffixes, T=6, P=64, N=3, suffix +32]",
+    ]
+    sides = [line.split()[0] for line in out if line.startswith("  ") and "tok/s" in line]
+    assert sides == ["naive", "batched", "engine"] * 4
+    lines = [line.strip() for line in out]
+    naive = [line for line in lines if line.startswith("naive ")]
+    batched = [line for line in lines if line.startswith("batched ")]
+    engine = [line for line in lines if line.startswith("engine ")]
+    assert naive[0].startswith("naive    12 tokens in ")  # 3 branches x T=4
+    assert engine[2].startswith("engine   18 tokens in ")  # 3 x T=6
+    assert all(re.search(r"peak \d+\.\d MiB", line) for line in naive + batched + engine)
+    # Prompt tokens computed: naive runs the prefix per branch, the engine once.
+    assert "prompt tokens computed 192;" in naive[0]  # 3 x 64
+    assert "prompt tokens computed 64;" in engine[0]  # identical: 63 once + the last token once
+    assert "prompt tokens computed 252;" in naive[1]  # 3 x 64 + 8 + 20 + 32
+    assert "prompt tokens computed 288;" in batched[1]  # 3 rows x (64 + 32) with padding
+    assert "prompt tokens computed 124;" in engine[1]  # 64 once + 8 + 20 + 32
+    assert all("outputs = naive: yes" in line for line in batched + engine)
+    assert [other for _, other in _speedups(out)] == ["naive", "batched"] * 4
+    assert out[-2] == "  greedy outputs equal naive's: batched yes, engine yes"
+
+
+def test_engine_differing_from_naive_exits_1(capsys, keep_threads, monkeypatch):
+    real = bench.run_engine
+
+    def wrong(model, branches, t, device):
+        result = real(model, branches, t, device)
+        result.branches[-1].tokens[-1] += 1
+        return result
+
+    monkeypatch.setattr(bench, "run_engine", wrong)
+    argv = ["--device", "cpu", "--prompt-tokens", "32", "--branches", "2", "--new-tokens", "3"]
+    code = bench.main([*argv, "--suffix", "identical", "--sides", "naive,engine"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "outputs = naive: NO (1/2 branches differ; branch 1 at token 2)" in out
+    assert re.search(r"^speedup: \d+\.\d\dx over naive$", out, re.M)
+    assert "over batched" not in out
+    assert "greedy outputs equal naive's: engine NO" in out
+
+
+class _FakeOpenAI(BaseHTTPRequestHandler):
+    requests: list[dict] = []
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _send(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send(
+            {
+                "object": "list",
+                "data": [{"id": "fake", "object": "model", "created": 0, "owned_by": "me"}],
+            }
+        )
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append({"path": self.path, **body})
+        n, t = body.get("n", 1), body["max_tokens"]
+        prompt = body["prompt"]
+        choices = [
+            {"index": i, "text": " tok" * t, "finish_reason": "length", "logprobs": None}
+            for i in range(n)
+        ]
+        self._send(
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": n * t,
+                    "total_tokens": len(prompt) + n * t,
+                },
+            }
+        )
+
+
+def test_served_side_against_a_fake_server(capsys, keep_threads):
+    _FakeOpenAI.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
     try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
         code = bench.main(
             [
-                "--preset",
-                "tiny",
                 "--device",
                 "cpu",
+                "--sides",
+                "served",
+                "--url",
+                url,
+                "--model",
+                "fake",
                 "--prompt-tokens",
-                "96",
+                "40",
                 "--branches",
                 "3",
                 "--new-tokens",
-                "4",
+                "5",
             ]
         )
     finally:
-        torch.set_num_threads(threads)
-    out = capsys.readouterr().out.strip().splitlines()
+        server.shutdown()
+        server.server_close()
+    out = capsys.readouterr().out.splitlines()
     assert code == 0
-    assert "greedy outputs equal: True" in out
-    naive = next(line for line in out if line.startswith("naive"))
-    engine = next(line for line in out if line.startswith("engine"))
-    assert "prefix tokens computed 288" in naive  # 3 x 96
-    assert "prefix tokens computed 96 " in engine  # once
-    assert re.fullmatch(r"speedup: \d+\.\d\dx", out[-1])
+    served = [line.strip() for line in out if line.strip().startswith("served")]
+    assert len(served) == 2
+    assert served[0].startswith("served   15 tokens in ")  # 3 x 5, counted from usage
+    assert "peak n/a (server)" in served[0] and "1 request, n=N" in served[0]
+    assert "3 requests" in served[1]
+    timed = _FakeOpenAI.requests[-4:]  # the last identical request and the 3 differing ones
+    posts = [r for r in _FakeOpenAI.requests if r["path"] == "/v1/completions"]
+    # warm-up (1 + 3) and timed (1 + 3) requests; identical: one request with n=3
+    assert len(posts) == 8
+    identical = [r for r in posts if r.get("n") == 3]
+    assert len(identical) == 2 and all(len(r["prompt"]) == 40 for r in identical)
+    assert all(isinstance(x, int) for x in identical[0]["prompt"])  # token ids, not text
+    differing = [r for r in timed if r.get("n", 1) == 1]
+    assert sorted(len(r["prompt"]) for r in differing) == [48, 60, 72]
+    assert [r["max_tokens"] for r in timed] == [5] * 4  # the warm-up asked for 2
+    assert all(r["min_tokens"] == r["max_tokens"] and r["ignore_eos"] for r in posts)
+    assert all(r["temperature"] == 0 for r in posts)
+    assert bench.main(["--sides", "served", "--device", "cpu"]) == 2  # needs --url

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from inference.engine import BranchingEngine, common_prefix_length
-from inference.sampler import make_generator, sample_next
+from inference.sampler import branch_seeds, sample_next
 from tests.support.tiny_model import tiny_model_path  # noqa: F401  (fixture)
 
 T = 16
@@ -99,23 +99,99 @@ def test_branches_without_a_common_prefix(loaded):
         assert out.tokens == reference(model, branch, 12, tok.eos_token_id)
 
 
+def test_differing_suffixes_with_a_chunked_prefix_prefill(loaded):
+    model, tok = loaded
+    base = encode(tok, BASE)
+    branches = [base + encode(tok, " $ cd /var/log"), base + encode(tok, " $ ls -la and more")]
+    engine = BranchingEngine(model, eos_token_ids=[], prefill_chunk=7)  # many prefix chunks
+    result = engine.generate(branches, max_new_tokens=20)
+    for branch, out in zip(branches, result.branches, strict=True):
+        assert out.tokens == reference(model, branch, 20, None)
+
+
+def test_the_prefix_keys_and_values_are_stored_once_whatever_n(loaded):
+    model, tok = loaded
+    ids = encode(tok, BASE)
+    engine = BranchingEngine(model, eos_token_ids=[])
+    one = engine.generate([ids], max_new_tokens=4).cache_bytes
+    eight = engine.generate([ids] * 8, max_new_tokens=4).cache_bytes
+    assert one["prefix_kv"] > 0
+    assert eight["prefix_kv"] == one["prefix_kv"]  # one copy, not one per branch
+    # what is per branch is the suffix buffer and the recurrent states
+    assert eight["suffix_kv"] == 8 * one["suffix_kv"]
+    assert eight["branch_states"] == 8 * one["branch_states"]
+
+
 def test_per_branch_stop_by_callback_leaves_the_others_running(loaded):
     model, tok = loaded
     ids = encode(tok, BASE)
-    calls = []
+    seen: dict[int, list[int]] = {0: [], 1: [], 2: []}
 
-    def on_token(branch, tokens):
-        calls.append((branch, len(tokens)))
-        return branch == 1 and len(tokens) == 3
+    def on_tokens(branch, new):
+        seen[branch].extend(new)
+        return branch == 1 and len(seen[1]) >= 4
 
-    engine = BranchingEngine(model, eos_token_ids=[tok.eos_token_id])
-    result = engine.generate([ids] * 3, max_new_tokens=T, on_token=on_token)
+    engine = BranchingEngine(model, eos_token_ids=[tok.eos_token_id], sync_every=4)
+    result = engine.generate([ids] * 3, max_new_tokens=T, on_tokens=on_tokens)
     expected = reference(model, ids, T, tok.eos_token_id)
-    assert result.branches[1].tokens == expected[:3]
+    assert len(expected) > 8
+    # the callback gets only the new tokens each time; a stopped branch keeps what it was shown
+    assert result.branches[1].tokens == seen[1] == expected[:4]
     assert result.branches[1].finish_reason == "cancelled"
-    assert result.branches[0].tokens == result.branches[2].tokens == expected
-    assert max(n for b, n in calls if b == 1) == 3  # no callbacks after the stop
-    assert max(n for b, n in calls if b == 0) == len(expected)
+    assert result.branches[0].tokens == result.branches[2].tokens == seen[0] == expected
+
+
+def test_the_host_reads_tokens_every_k_steps_not_every_step(loaded):
+    model, tok = loaded
+    ids = encode(tok, BASE)
+    calls = []
+    engine = BranchingEngine(model, eos_token_ids=[], sync_every=5)
+    result = engine.generate(
+        [ids] * 2, max_new_tokens=T, on_tokens=lambda b, new: calls.append((b, len(new)))
+    )
+    assert result.decode_steps == T
+    # reads after steps 5, 10, 15 and the final one: 4 reads for 16 steps, not 16
+    assert result.host_syncs == 4
+    assert [n for b, n in calls if b == 0] == [5, 5, 5, 1]
+    # without eos ids or a callback nothing needs reading until the end
+    quiet = engine.generate([ids] * 2, max_new_tokens=T)
+    assert quiet.host_syncs == 1
+    assert quiet.graph == "eager"  # CUDA graphs on CUDA only
+
+
+def test_the_decode_step_keeps_every_buffer_in_place(loaded, monkeypatch):
+    """What a CUDA graph needs: no tensor the step reads or writes changes address or shape,
+    also when branches finish (they are masked, not dropped)."""
+    from inference import engine as engine_mod
+
+    model, tok = loaded
+    base = encode(tok, BASE)
+    branches = [base + encode(tok, " $ cd /var/log"), base + encode(tok, " $ rm -rf tmp"), base]
+    seen = []
+    run_step = engine_mod._Decode._run_step
+
+    def spy(self):
+        run_step(self)
+        cache = self.cache
+        tensors = [
+            self.logits,
+            self.out,
+            self.step_t,
+            cache.suffix_len,
+            *cache.prefix_k.values(),
+            *cache.suffix_k.values(),
+            *cache.suffix_v.values(),
+            *cache._states["decode"]["conv"].values(),
+            *cache._states["decode"]["rec"].values(),
+        ]
+        seen.append(tuple((t.data_ptr(), tuple(t.shape)) for t in tensors))
+
+    monkeypatch.setattr(engine_mod._Decode, "_run_step", spy)
+    free = reference(model, branches[0], T, None)
+    engine = BranchingEngine(model, eos_token_ids=[free[3]])  # branch 0 ends early
+    result = engine.generate(branches, max_new_tokens=T)
+    assert result.branches[0].finish_reason == "stop"
+    assert len(seen) > 5 and len(set(seen)) == 1
 
 
 def test_eos_stops_a_branch_and_max_tokens_stops_the_rest(loaded):
@@ -130,6 +206,21 @@ def test_eos_stops_a_branch_and_max_tokens_stops_the_rest(loaded):
     result = BranchingEngine(model, eos_token_ids=[]).generate([ids], max_new_tokens=6)
     assert result.branches[0].tokens == expected[:6]
     assert result.branches[0].finish_reason == "length"
+
+
+def test_a_finished_branch_is_masked_and_the_others_go_on(loaded):
+    model, tok = loaded
+    base = encode(tok, BASE)
+    branches = [base + encode(tok, " $ cd /var/log"), base + encode(tok, " $ rm -rf tmp")]
+    free = [reference(model, b, T, None) for b in branches]
+    # an eos that ends branch 0 early and does not occur in branch 1's text
+    stop = next(t for t in free[0][2:] if t not in free[1])
+    engine = BranchingEngine(model, eos_token_ids=[stop], sync_every=3)
+    result = engine.generate(branches, max_new_tokens=T)
+    assert result.branches[0].tokens == free[0][: free[0].index(stop)]
+    assert result.branches[0].finish_reason == "stop"
+    assert result.branches[1].tokens == free[1]
+    assert result.branches[1].finish_reason == "length"
 
 
 def test_sampling_is_reproducible_per_call_seed(loaded):
@@ -147,6 +238,35 @@ def test_sampling_is_reproducible_per_call_seed(loaded):
     assert len({tuple(t) for t in first}) > 1  # the branches of one call differ
 
 
+def test_a_branch_sample_does_not_depend_on_n_order_or_cancelled_siblings(loaded):
+    model, tok = loaded
+    ids = encode(tok, BASE)
+    engine = BranchingEngine(model, eos_token_ids=[], sync_every=4)
+
+    def run(n, seed=7, on_tokens=None, prompts=None):
+        out = engine.generate(
+            prompts or [ids] * n,
+            max_new_tokens=12,
+            temperature=1.0,
+            top_p=0.9,
+            seed=seed,
+            on_tokens=on_tokens,
+        )
+        return [b.tokens for b in out.branches]
+
+    two, four = run(2), run(4)
+    assert four[:2] == two  # branch i is seed + i, whatever N
+    # branch 3 of seed 7 is branch 0 of seed 10: its sample is fixed by its own seed
+    assert run(1, seed=10)[0] == four[3]
+    # siblings stopped after their first read change nothing for branch 0
+    stopped = run(4, on_tokens=lambda b, new: b != 0)
+    assert stopped[0] == four[0]
+    assert all(len(t) < 12 for t in stopped[1:])
+    # differing prompts: a branch's text is the same alone or with others
+    other = ids + encode(tok, " $ cd /tmp")
+    assert run(2, prompts=[ids, other])[1] == run(2, seed=7, prompts=[other, other])[1]
+
+
 def test_engine_rejects_bad_input(loaded):
     model, _ = loaded
     engine = BranchingEngine(model)
@@ -156,6 +276,17 @@ def test_engine_rejects_bad_input(loaded):
         engine.generate([[1, 2], []], max_new_tokens=2)
     with pytest.raises(ValueError, match="max_new_tokens"):
         engine.generate([[1, 2]], max_new_tokens=0)
+    with pytest.raises(ValueError, match="top_p"):
+        engine.generate([[1, 2]], max_new_tokens=2, temperature=1.0, top_p=0)
+    with pytest.raises(ValueError, match="sync_every"):
+        BranchingEngine(model, sync_every=0)
+
+
+def test_the_engine_leaves_the_model_as_it_was(loaded):
+    model, tok = loaded
+    before = model.config._attn_implementation
+    BranchingEngine(model).generate([encode(tok, BASE)], max_new_tokens=2)
+    assert model.config._attn_implementation == before
 
 
 # -- the sampler --------------------------------------------------------------------------------
@@ -164,28 +295,75 @@ def test_engine_rejects_bad_input(loaded):
 def test_sampler_greedy_and_top_p():
     logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 2.9]])
     assert sample_next(logits, temperature=0).tolist() == [1, 0]
-    gen = make_generator(0)
+    seeds = torch.tensor([1, 2])
     # top_p small keeps only the most likely token of each row
-    for _ in range(20):
-        assert sample_next(logits, temperature=1.0, top_p=0.01, generator=gen).tolist() == [1, 0]
-    # with top_p 1 the second row draws both near-equal tokens over many draws
+    for step in range(20):
+        assert sample_next(
+            logits, temperature=1.0, top_p=0.01, seeds=seeds, step=step
+        ).tolist() == [
+            1,
+            0,
+        ]
+    # with top_p 1 the second row draws both near-equal tokens over many steps
     draws = {
-        sample_next(logits, temperature=1.0, top_p=1.0, generator=gen)[1].item() for _ in range(200)
+        sample_next(logits, temperature=1.0, seeds=seeds, step=step)[1].item()
+        for step in range(200)
     }
     assert draws >= {0, 2}
 
 
-def test_sampler_seed_and_errors():
+def test_sampler_draws_follow_the_softmax():
+    logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
+    counts = torch.zeros(3)
+    for step in range(3000):
+        counts[sample_next(logits, temperature=1.0, seeds=torch.tensor([3]), step=step)] += 1
+    assert torch.allclose(counts / 3000, torch.tensor([0.6, 0.3, 0.1]), atol=0.03)
+
+
+def test_sampler_rows_are_independent_of_the_batch():
     logits = torch.randn(4, 50)
-    a = sample_next(logits, temperature=0.8, generator=make_generator(5)).tolist()
-    b = sample_next(logits, temperature=0.8, generator=make_generator(5)).tolist()
-    assert a == b
+    seeds = torch.tensor([5, 6, 7, 8])
+    batch = sample_next(logits, temperature=0.8, seeds=seeds, step=3).tolist()
+    alone = [
+        sample_next(logits[i : i + 1], temperature=0.8, seeds=seeds[i : i + 1], step=3).item()
+        for i in range(4)
+    ]
+    assert batch == alone
+    assert batch == sample_next(logits, temperature=0.8, seeds=seeds, step=3).tolist()
+    other_step = sample_next(logits, temperature=0.8, seeds=seeds, step=4).tolist()
+    other_seed = sample_next(logits, temperature=0.8, seeds=seeds + 100, step=3).tolist()
+    assert other_step != batch or other_seed != batch
+
+
+def test_sampler_errors():
+    logits = torch.randn(4, 50)
     with pytest.raises(ValueError, match="temperature"):
         sample_next(logits, temperature=-1)
     with pytest.raises(ValueError, match="top_p"):
         sample_next(logits, temperature=1, top_p=0)
     with pytest.raises(ValueError, match=r"\[batch, vocab\]"):
         sample_next(logits[0], temperature=1)
+    with pytest.raises(ValueError, match="one seed per row"):
+        sample_next(logits, temperature=1)
+
+
+def test_branch_seeds_are_seed_plus_index():
+    assert branch_seeds(40, 3).tolist() == [40, 41, 42]
+    fresh = branch_seeds(None, 2).tolist()
+    assert fresh[1] == fresh[0] + 1
+    assert fresh != branch_seeds(None, 2).tolist()  # a new random base each call
+
+
+def test_missing_fast_kernels_are_named(monkeypatch):
+    from inference import kernels
+
+    monkeypatch.setattr(kernels, "available_kernels", lambda: {"fla": False, "causal_conv1d": True})
+    message = kernels.missing_kernels_message()
+    assert message is not None
+    assert "flash-linear-attention" in message and "causal-conv1d" not in message
+    assert "agentworld-studio[gpu]" in message
+    monkeypatch.setattr(kernels, "available_kernels", lambda: {"fla": True, "causal_conv1d": True})
+    assert kernels.missing_kernels_message() is None
 
 
 # -- the tiny model -----------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -51,18 +50,55 @@ def test_n_samples_of_one_prompt_go_in_one_request_with_n():
     assert all(c.finish_reason == "stop" for c in out)
 
 
-def test_server_rejecting_n_falls_back_to_one_request_per_sample():
+def collect(events):
+    """A stream callback recording the events and never asking to stop."""
+    return lambda e: events.append(e) and False
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_server_rejecting_n_falls_back_to_one_request_per_sample(stream):
     def responder(req, i):
         if req.get("n", 1) > 1:
             return 400, "n > 1 is not supported"
         return f"sample seed={req.get('seed')}"
 
     with fake_openai_server(responder) as srv:
-        out = fast_backend(srv).generate(
-            GenerationRequest(messages=MESSAGES, params=SamplingParams(n=3, seed=10))
+        backend = fast_backend(srv)
+        out = backend.generate(
+            GenerationRequest(messages=MESSAGES, params=SamplingParams(n=3, seed=10)),
+            on_event=collect([]) if stream else None,
         )
-    assert sorted(c.text for c in out) == ["sample seed=10", "sample seed=11", "sample seed=12"]
+    assert [c.text for c in out] == ["sample seed=10", "sample seed=11", "sample seed=12"]
     assert len(srv.requests) == 4  # the rejected one, then 3 single samples
+    assert [r.get("stream", False) for r in srv.requests] == [stream] * 4
+    # a 4xx may be of these sampling parameters: the next call asks with n again
+    assert backend.use_n is True
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_server_ignoring_n_keeps_its_choice_and_samples_the_rest_apart(stream):
+    def responder(req, i):
+        return f"seed={req.get('seed')} n={req.get('n', 1)}"
+
+    with fake_openai_server(responder, ignore_n=True) as srv:
+        backend = fast_backend(srv)
+        request = GenerationRequest(messages=MESSAGES, params=SamplingParams(n=3, seed=5))
+        events = []
+        out = backend.generate(request, on_event=collect(events) if stream else None)
+        assert [c.text for c in out] == ["seed=5 n=3", "seed=6 n=1", "seed=7 n=1"]
+        assert all(c.finish_reason == "stop" and c.tokens_out > 0 for c in out)
+        assert [(r.get("n"), r["seed"]) for r in srv.requests] == [(3, 5), (None, 6), (None, 7)]
+        if stream:
+            for s in range(3):  # every sample ends with its own done event
+                assert [e.text for e in events if e.sample == s and e.phase == "done"] == [
+                    out[s].text
+                ]
+        # remembered: the next call goes straight to one request per sample
+        assert backend.use_n is False
+        srv.requests.clear()
+        again = backend.generate(request, on_event=collect([]) if stream else None)
+    assert [c.text for c in again] == ["seed=5 n=1", "seed=6 n=1", "seed=7 n=1"]
+    assert [r.get("n") for r in srv.requests] == [None] * 3
 
 
 def test_retries_on_5xx_and_429_then_succeeds():
@@ -103,14 +139,23 @@ def test_connection_refused_is_retried_then_reported():
     assert "refused" in str(caught.value).lower()
 
 
-def test_a_timeout_is_retried_then_reported():
-    with fake_openai_server(lambda req, i: "late", delay_s=1.0) as srv:
-        backend = OpenAIBackend(base_url=srv, model="m", timeout=0.3, max_retries=1, backoff_s=0.01)
-        start = time.perf_counter()
-        with pytest.raises(BackendError, match=r"failed after 2 attempts: Request timed out"):
-            backend.generate(GenerationRequest(messages=MESSAGES))
-        assert time.perf_counter() - start < 3
-    assert len(srv.requests) == 2
+@pytest.mark.parametrize(
+    ("stream", "late"),
+    [(False, {"delay_s": 1.0}), (True, {"delay_s": 1.0}), (True, {"chunk_delay_s": 1.0})],
+    ids=["answer", "stream-headers", "stream-chunks"],
+)
+def test_a_timeout_is_reported_without_retries(stream, late):
+    # the fake answers (or streams its chunks) after 1 s, past the client's 0.3 s
+    with fake_openai_server(lambda req, i: "late", **late) as srv:
+        backend = OpenAIBackend(base_url=srv, model="m", timeout=0.3, max_retries=3, backoff_s=0.01)
+        with pytest.raises(BackendError) as caught:
+            backend.generate(
+                GenerationRequest(messages=MESSAGES), on_event=collect([]) if stream else None
+            )
+    assert len(srv.requests) == 1
+    message = str(caught.value)
+    assert "timed out after 0.3 s" in message and "not retried" in message
+    assert "raise the endpoint's timeout" in message
 
 
 def test_streaming_reports_progress_per_sample():
@@ -136,22 +181,112 @@ def test_streaming_reports_progress_per_sample():
     assert all(c.tokens_out > 0 and c.tokens_in > 0 for c in out)
 
 
+def test_streamed_samples_of_one_prompt_go_in_one_request_with_n():
+    texts = [
+        f"<predicted_observation>s{k} {'w ' * (3 + k)}</predicted_observation>" for k in range(3)
+    ]
+
+    with fake_openai_server(lambda req, i: texts[: req.get("n", 1)]) as srv:
+        events = []
+        out = fast_backend(srv).generate(
+            GenerationRequest(messages=MESSAGES, params=SamplingParams(n=3, seed=7)),
+            on_event=collect(events),
+        )
+    assert len(srv.requests) == 1
+    req = srv.requests[0]
+    assert req["stream"] is True and req["n"] == 3 and req["seed"] == 7
+    assert req["stream_options"] == {"include_usage": True}
+    # the fake interleaves the choices' chunks: each sample gets only its own
+    assert [c.text for c in out] == texts
+    for s in range(3):
+        evs = [e for e in events if e.sample == s]
+        assert evs[0].phase == "prefill" and evs[-1].phase == "done"
+        assert evs[-1].text == texts[s]
+        decoding = [e for e in evs if e.phase == "decoding"]
+        assert len(decoding) > 1
+        assert all(texts[s].startswith(e.text) for e in decoding)
+        assert [e.tokens_out for e in decoding] == list(range(1, len(decoding) + 1))
+    # all prefill events come first, before any sample decodes
+    assert [e.phase for e in events[:3]] == ["prefill"] * 3
+    # usage is per request: its completion tokens are shared out among the samples
+    assert sum(c.tokens_out for c in out) == sum(len(t.split()) for t in texts)
+    assert all(c.tokens_in > 0 and c.finish_reason == "stop" for c in out)
+    assert all(c.prefill_s > 0 and c.decode_s >= 0 for c in out)
+
+
 def test_streaming_branch_can_be_stopped_by_the_callback():
     long_text = "word " * 200
     with fake_openai_server(lambda req, i: long_text, chunk_delay_s=0.001) as srv:
+        events = []
 
         def stop_sample_0(e):
+            events.append(e)
             return e.sample == 0 and len(e.text) >= 20
 
         out = fast_backend(srv).generate(
             GenerationRequest(messages=MESSAGES, params=SamplingParams(n=2, seed=1)),
             on_event=stop_sample_0,
         )
-    assert out[0].finish_reason == "cancelled" and len(out[0].text) < len(long_text)
+    assert out[0].finish_reason == "cancelled" and out[0].text == long_text[:20]
     assert out[1].finish_reason == "stop" and out[1].text == long_text
-    assert [r.get("seed") for r in srv.requests] == [1, 2] or sorted(
-        r.get("seed") for r in srv.requests
-    ) == [1, 2]
+    assert [(r["n"], r["seed"]) for r in srv.requests] == [(2, 1)]  # one request for both
+    # the stopped sample's later chunks were dropped: its done event is its last
+    sample_0 = [e for e in events if e.sample == 0]
+    assert [e.phase for e in sample_0[-2:]] == ["decoding", "done"]
+    assert sample_0[-1].text == long_text[:20] and out[0].tokens_out == 5
+
+
+def test_the_stream_closes_once_every_sample_is_stopped():
+    long_text = "word " * 200
+    with fake_openai_server(lambda req, i: long_text) as srv:
+        held = threading.Event()
+        srv.holds = {12: held}  # each choice stops after 12 chunks until the test says
+        backend = fast_backend(srv)
+        results = []
+
+        def run():
+            results.append(
+                backend.generate(
+                    GenerationRequest(messages=MESSAGES, params=SamplingParams(n=2)),
+                    on_event=lambda e: len(e.text) >= 8,
+                )
+            )
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join(timeout=10)  # returns only if the client stopped reading by itself
+        stopped_early = not held.is_set() and not worker.is_alive()
+        held.set()
+        worker.join(timeout=10)
+    assert stopped_early
+    out = results[0]
+    assert [c.finish_reason for c in out] == ["cancelled", "cancelled"]
+    assert [c.text for c in out] == [long_text[:8]] * 2
+    assert [c.tokens_out for c in out] == [2, 2]  # no usage came: the chunks are counted
+    assert len(srv.requests) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_branches_wait_for_the_first_prefill_then_share_the_prefix_cache(stream):
+    branches = [
+        MESSAGES[:-1] + [{"role": "user", "content": f"{MESSAGES[-1]['content']} #{k}"}]
+        for k in range(5)
+    ]
+    # a slow first chunk (or answer): requests sent at once would arrive before it
+    pace = {"chunk_delay_s": 0.02} if stream else {"delay_s": 0.05}
+    with fake_openai_server(lambda req, i: "x y z", **pace) as srv:
+        out = fast_backend(srv, concurrency=3).generate(
+            GenerationRequest(branches=branches, params=SamplingParams(seed=3)),
+            on_event=collect([]) if stream else None,
+        )
+    assert [c.text for c in out] == ["x y z"] * 5
+    assert srv.requests[0]["messages"] == branches[0]
+    assert sorted(r["seed"] for r in srv.requests) == [3, 4, 5, 6, 7]
+    timeline = srv.timeline
+    first_done = timeline.index(("first_token" if stream else "answered", 0))
+    arrivals = [timeline.index(("arrive", k)) for k in range(1, 5)]
+    assert all(a > first_done for a in arrivals)
+    assert srv.max_in_flight <= 3
 
 
 def test_branches_run_concurrently_up_to_the_limit():

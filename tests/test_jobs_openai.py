@@ -64,7 +64,8 @@ def test_awb_prompts_are_the_reference_and_odd_outputs_parse(project, script, fr
         11: "<think>counting</think>\n<predicted_observation>\n41\n",  # unclosed
         12: "no tags at all: 12",
     }
-    script.fn = lambda body, i: outputs[body["seed"]]
+    # the three futures go as one streamed request with n=3: choice k is seed + k's output
+    script.fn = lambda body, i: [outputs[body["seed"] + k] for k in range(body.get("n", 1))]
     job = start_job(
         user=None,
         branch=trajectory.root_branch,
@@ -77,10 +78,11 @@ def test_awb_prompts_are_the_reference_and_odd_outputs_parse(project, script, fr
     )
     job = wait_job(job)
     assert job.status == JobStatus.SUCCEEDED, job.error
-    assert len(fresh.requests) == 3
-    for body in fresh.requests:
-        assert body["messages"] == reference_messages(rows[3])  # byte-identical prompt
-        assert body["stream"] is True and body["max_tokens"] == 300
+    assert len(fresh.requests) == 1
+    body = fresh.requests[0]
+    assert body["messages"] == reference_messages(rows[3])  # byte-identical prompt
+    assert body["stream"] is True and body["max_tokens"] == 300
+    assert (body["n"], body["seed"]) == (3, 10)
     steps = {s.branch.sample_index: s for s in Step.objects.filter(branch__job=job)}
     assert (steps[0].observation, steps[0].parse_status, steps[0].thinking) == (
         "37",

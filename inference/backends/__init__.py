@@ -24,9 +24,11 @@ def make_backend(
     use_n: bool = True,
     timeout: float | None = None,
     max_retries: int | None = None,
+    timeout_setting: str | None = None,
 ) -> Backend:
     """Build a backend. An empty `name` picks one from what is configured: `openai` with a
-    base_url, `hf` with only a model, else the retrieval baseline (works offline)."""
+    base_url, `hf` with only a model, else the retrieval baseline (works offline).
+    `timeout_setting` names what bounds `timeout`, for the message of a request timing out."""
     if not name:
         name = "openai" if base_url else ("hf" if model else "retrieval")
     if name == "openai":
@@ -41,6 +43,8 @@ def make_backend(
             bounds["timeout"] = timeout
         if max_retries is not None:
             bounds["max_retries"] = max_retries
+        if timeout_setting:
+            bounds["timeout_setting"] = timeout_setting
         return OpenAIBackend(
             model=model,
             base_url=base_url,

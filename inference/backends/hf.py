@@ -115,10 +115,15 @@ class HFBackend:
         params = request.params
         prompts = [self.encode(m) for m in request.prompts()]
         last_emit: dict[int, float] = {}
+        so_far: dict[int, list[int]] = {}
 
-        def on_token(branch: int, tokens: list[int]) -> bool:
+        def on_tokens(branch: int, new: list[int]) -> bool:
+            # The engine hands over only the tokens since its last read; keep the branch's
+            # own list and decode it at most every STREAM_INTERVAL_S.
             if on_event is None:
                 return False
+            tokens = so_far.setdefault(branch, [])
+            tokens.extend(new)
             now = time.perf_counter()
             if branch in last_emit and now - last_emit[branch] < STREAM_INTERVAL_S:
                 return False
@@ -138,7 +143,7 @@ class HFBackend:
                     temperature=params.temperature,
                     top_p=1.0 if params.top_p is None else params.top_p,
                     seed=params.seed,
-                    on_token=on_token,
+                    on_tokens=on_tokens if on_event is not None else None,
                 )
             except (RuntimeError, ValueError) as e:
                 raise BackendError(f"generation with {self.model!r} failed: {e}") from e

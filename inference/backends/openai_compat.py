@@ -1,15 +1,19 @@
 """Backend for any OpenAI-compatible chat-completions server (vLLM, SGLang, hosted APIs).
 
-- N samples of one prompt go in ONE request with `n` (servers batch them and share the prefix);
-  when the server rejects n > 1 with a 4xx, we fall back to N requests.
-- Different prompts (one per branch) go as concurrent requests, at most `concurrency` in flight
-  per backend instance (a semaphore shared by all calls).
-- With a stream callback each sample is its own streaming request (`stream=True`), so the
-  progress of every branch shows, and a branch can be stopped by returning True.
-- Retries with exponential backoff on connection errors and timeouts, 429 and 5xx only; other
-  4xx are the caller's mistake and fail at once. The client's own retries are off so ours are the
-  only ones.
-- `seed` is passed through (sample i of a per-sample fan-out gets seed + i so samples differ).
+- N samples of one prompt go in ONE request with `n` (the server computes the prompt once and
+  batches the samples), streamed when there is a stream callback: the chunks of the choices
+  are told apart by `choice.index`, so every sample reports its own progress and a sample can
+  be stopped by returning True (the stream closes once every sample is stopped or done).
+- A server that rejects n > 1 with a 4xx, or ignores `n` and answers fewer choices, gets one
+  request per sample for the samples missing (sample i with seed + i, so samples differ);
+  one that ignored `n` is remembered (`use_n` turns False), so later calls ask it no more.
+- Different prompts (one per branch, sharing a prefix) go as separate requests: the first
+  alone until its prompt is computed, so the server's prefix cache (vLLM's automatic prefix
+  caching, SGLang's radix cache) serves the prefix to the others, then the rest concurrently,
+  at most `concurrency` in flight per backend instance (a semaphore shared by all calls).
+- Retries with exponential backoff on connection errors, 429 and 5xx only; other 4xx are the
+  caller's mistake and fail at once, and a timeout is not retried (the same request would
+  most likely time out again). The client's own retries are off so ours are the only ones.
 - A server running a reasoning parser (vLLM/SGLang `--reasoning-parser`) sends the thinking apart
   from the content (`reasoning_content` or `reasoning`); it is put back in front of the content as
   a `<think>...</think>` block, so the raw output keeps it, the parser records it as thinking, and
@@ -21,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from inference.backends.errors import BackendError
@@ -34,6 +39,10 @@ from inference.types import (
 )
 
 _FINISH = {"stop": "stop", "length": "length", "eos": "stop"}
+
+# What a timed-out request's message says to raise, unless the caller names its setting (an
+# episode's step has one; a simulation's requests take the backend's default).
+TIMEOUT_SETTING = "the endpoint's timeout"
 
 
 def _reasoning_of(part: Any) -> str:
@@ -79,6 +88,95 @@ def shared_client(base_url: str, api_key: str, timeout: float):
         return client
 
 
+def _shares(total: int, k: int) -> list[int]:
+    """`total` tokens split as evenly as can be among k samples: usage is per request."""
+    return [total // k + (1 if i < total % k else 0) for i in range(k)]
+
+
+def _rejects_n(error: BackendError) -> bool:
+    """Whether a request with n > 1 was refused as the caller's mistake (a 4xx but 429), so
+    that one request per sample is worth a try."""
+    import openai
+
+    cause = error.__cause__
+    status = cause.status_code if isinstance(cause, openai.APIStatusError) else 0
+    return 400 <= status < 500 and status != 429
+
+
+def _serialized(on_event: StreamCallback | None) -> StreamCallback | None:
+    """The callback behind a lock: samples stream from pool threads, and callers expect one
+    event at a time."""
+    if on_event is None:
+        return None
+    lock = threading.Lock()
+
+    def relay(event: StreamEvent) -> bool:
+        with lock:
+            return bool(on_event(event))
+
+    return relay
+
+
+def _noting_first_token(on_event: StreamCallback, note: Callable[[], None]) -> StreamCallback:
+    """The callback, calling `note` too at every decoded chunk (the first one means the
+    prompt has been computed)."""
+
+    def relay(event: StreamEvent) -> bool:
+        if event.phase == "decoding":
+            note()
+        return on_event(event)
+
+    return relay
+
+
+class _Choice:
+    """One choice of a streamed request as its chunks arrive."""
+
+    def __init__(self, sample: int, start: float):
+        self.sample = sample
+        self.start = start  # when the request was sent
+        self.text: list[str] = []
+        self.thinking: list[str] = []
+        self.chunks = 0
+        self.first_at: float | None = None
+        self.ended_at: float | None = None
+        self.finish = ""  # "" while it decodes
+
+    def add(self, part: Any) -> bool:
+        """Take a chunk's delta; True when it carried text (progress to report)."""
+        content = (part.delta.content if part.delta else None) or ""
+        thought = _reasoning_of(part.delta)
+        if not (content or thought):
+            return False
+        if self.first_at is None:
+            self.first_at = time.perf_counter()
+        self.text.append(content)
+        self.thinking.append(thought)
+        self.chunks += 1
+        return True
+
+    def so_far(self, *, done: bool = False) -> str:
+        return _with_thinking("".join(self.thinking), "".join(self.text), done=done)
+
+    def end(self, finish: str) -> None:
+        self.finish = finish
+        self.ended_at = time.perf_counter()
+
+    def completion(self, tokens_in: int, tokens_out: int) -> Completion:
+        ended = self.ended_at or time.perf_counter()
+        first = self.first_at or ended
+        return Completion(
+            text=self.so_far(done=True),
+            tokens_in=tokens_in,
+            tokens_out=tokens_out or self.chunks,
+            prefill_s=first - self.start,
+            decode_s=ended - first,
+            finish_reason=self.finish or "stop",
+            reasoning="".join(self.thinking),
+            answer="".join(self.text),
+        )
+
+
 class OpenAIBackend:
     name = "openai"
     is_neural = True
@@ -94,17 +192,22 @@ class OpenAIBackend:
         max_retries: int = 4,
         backoff_s: float = 0.5,
         use_n: bool = True,
+        timeout_setting: str = TIMEOUT_SETTING,
     ):
         if concurrency < 1:
             raise BackendError(f"concurrency must be >= 1, got {concurrency}")
         self.base_url = base_url.rstrip("/")
         self.client = shared_client(self.base_url, api_key or "EMPTY", timeout)
         self.concurrency = concurrency
+        self.timeout = timeout
+        self.timeout_setting = timeout_setting
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self._slots = threading.BoundedSemaphore(concurrency)
         self._model = model
-        self.use_n = use_n  # False: the server is known not to take `n`
+        # False: the server is known not to take `n` (configured so, or it answered fewer
+        # choices than asked), and samples go as separate requests
+        self.use_n = use_n
 
     @property
     def model(self) -> str:
@@ -132,6 +235,14 @@ class OpenAIBackend:
             try:
                 with self._slots:
                     return call()
+            except openai.APITimeoutError as e:
+                # Before APIConnectionError, its base class: the same request would most
+                # likely time out again, and retries of a long timeout hold a job for an hour.
+                raise BackendError(
+                    f"{what} at {self.base_url} timed out after {self.timeout:g} s (not "
+                    f"retried): the model did not answer in time; raise {self.timeout_setting} "
+                    "or lower max_tokens"
+                ) from e
             except (
                 openai.APIConnectionError,
                 openai.RateLimitError,
@@ -181,88 +292,95 @@ class OpenAIBackend:
             )
         return self.client.post("/chat/completions", body=body, cast_to=ChatCompletion)
 
-    def _complete_n(self, messages, params: SamplingParams, n: int, seed) -> list[Completion]:
-        body = self._body(messages, params, n, seed)
+    def _complete(self, body: dict[str, Any], samples: list[int]) -> dict[int, Completion]:
+        """One request, choice k being sample `samples[k]`: the completions of the choices
+        that came, by sample (a server that ignores `n` answers fewer)."""
         start = time.perf_counter()
         resp = self._with_retries(lambda: self._post(body), "POST /chat/completions")
         elapsed = time.perf_counter() - start
-        choices = sorted(resp.choices, key=lambda c: c.index)
-        if len(choices) != n:
-            raise BackendError(
-                f"{self.base_url}/chat/completions returned {len(choices)} choices, asked for {n}"
-            )
+        choices = sorted(
+            (c for c in resp.choices if 0 <= c.index < len(samples)), key=lambda c: c.index
+        )
+        if not choices:
+            return {}
         usage = resp.usage
         tokens_in = usage.prompt_tokens if usage else 0
-        total_out = usage.completion_tokens if usage else 0
-        # Usage is per request; share the completion tokens out among the samples.
-        shares = [total_out // n + (1 if i < total_out % n else 0) for i in range(n)]
-        return [
-            Completion(
+        shares = _shares(usage.completion_tokens if usage else 0, len(choices))
+        return {
+            samples[c.index]: Completion(
                 text=_with_thinking(_reasoning_of(c.message), c.message.content or ""),
                 tokens_in=tokens_in,
-                tokens_out=shares[i],
+                tokens_out=share,
                 decode_s=elapsed,
                 finish_reason=_FINISH.get(c.finish_reason or "stop", "stop"),
                 reasoning=_reasoning_of(c.message),
                 answer=c.message.content or "",
             )
-            for i, c in enumerate(choices)
-        ]
+            for c, share in zip(choices, shares, strict=True)
+        }
 
-    def _stream_one(
-        self, messages, params: SamplingParams, seed, sample: int, on_event: StreamCallback
-    ) -> Completion:
-        body = self._body(messages, params, 1, seed)
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+    def _stream(
+        self, body: dict[str, Any], samples: list[int], on_event: StreamCallback
+    ) -> dict[int, Completion]:
+        """`_complete`, streaming: progress of every choice goes to `on_event`."""
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        return self._with_retries(
+            lambda: self._read_stream(body, samples, on_event), "POST /chat/completions (stream)"
+        )
 
-        def run() -> Completion:
-            start = time.perf_counter()
-            first_at = None
-            text, thinking, chunks, finish = [], [], 0, "stop"
-            tokens_in = tokens_out = 0
+    def _read_stream(
+        self, body: dict[str, Any], samples: list[int], on_event: StreamCallback
+    ) -> dict[int, Completion]:
+        start = time.perf_counter()
+        for sample in samples:
             on_event(StreamEvent(sample=sample, text="", tokens_out=0, phase="prefill"))
-            stream = self._post(body, stream=True)
-            try:
-                for chunk in stream:
-                    if chunk.usage:
-                        tokens_in = chunk.usage.prompt_tokens
-                        tokens_out = chunk.usage.completion_tokens
-                    for choice in chunk.choices:
-                        delta = choice.delta.content if choice.delta else None
-                        thought = _reasoning_of(choice.delta)
-                        if delta or thought:
-                            if first_at is None:
-                                first_at = time.perf_counter()
-                            text.append(delta or "")
-                            thinking.append(thought)
-                            chunks += 1
-                            so_far = _with_thinking("".join(thinking), "".join(text), done=False)
-                            if on_event(StreamEvent(sample, so_far, chunks)):
-                                finish = "cancelled"
-                                break
-                        if choice.finish_reason:
-                            finish = _FINISH.get(choice.finish_reason, "stop")
-                    if finish == "cancelled":
-                        break
-            finally:
-                stream.close()
-            end = time.perf_counter()
-            first_at = first_at or end
-            out = _with_thinking("".join(thinking), "".join(text))
-            on_event(StreamEvent(sample, out, tokens_out or chunks, phase="done"))
-            return Completion(
-                text=out,
-                tokens_in=tokens_in,
-                tokens_out=tokens_out or chunks,
-                prefill_s=first_at - start,
-                decode_s=end - first_at,
-                finish_reason=finish,
-                reasoning="".join(thinking),
-                answer="".join(text),
-            )
+        choices: dict[int, _Choice] = {}
+        usage = None
+        stream = self._post(body, stream=True)
+        try:
+            for chunk in stream:
+                usage = chunk.usage or usage
+                for part in chunk.choices:
+                    if 0 <= part.index < len(samples):
+                        self._take(choices, part, samples, start, on_event)
+                if _all_stopped(choices, len(samples)):
+                    break  # closing the stream is what stops the server generating
+        finally:
+            stream.close()
+        for choice in choices.values():
+            if not choice.finish:  # the stream ended without its finish_reason
+                choice.end("stop")
+                _report_done(choice, on_event)
+        ordered = [choices[k] for k in sorted(choices)]
+        tokens_in = usage.prompt_tokens if usage else 0
+        # no usage (a stream closed early): each sample counts its chunks instead
+        shares = _shares(usage.completion_tokens, len(ordered)) if usage else [0] * len(ordered)
+        return {c.sample: c.completion(tokens_in, s) for c, s in zip(ordered, shares, strict=True)}
 
-        return self._with_retries(run, "POST /chat/completions (stream)")
+    @staticmethod
+    def _take(
+        choices: dict[int, _Choice],
+        part: Any,
+        samples: list[int],
+        start: float,
+        on_event: StreamCallback,
+    ) -> None:
+        """One chunk of one choice: progress to report, a stop asked, or its end."""
+        choice = choices.get(part.index)
+        if choice is None:
+            choice = choices[part.index] = _Choice(samples[part.index], start)
+        if choice.finish:
+            # a cancelled choice of an n-request: the server goes on generating it (a
+            # choice cannot be stopped alone), and its chunks are dropped
+            return
+        if choice.add(part) and on_event(
+            StreamEvent(choice.sample, choice.so_far(), choice.chunks)
+        ):
+            choice.end("cancelled")
+        elif part.finish_reason:
+            choice.end(_FINISH.get(part.finish_reason, "stop"))
+        if choice.finish:
+            _report_done(choice, on_event)
 
     # -- the interface -------------------------------------------------------------------------
 
@@ -270,57 +388,105 @@ class OpenAIBackend:
         self, request: GenerationRequest, on_event: StreamCallback | None = None
     ) -> list[Completion]:
         params = request.params
-        seed = params.seed
-        if request.branches is None and on_event is None and params.n > 1 and self.use_n:
+        on_event = _serialized(on_event)
+        came: dict[int, Completion] = {}
+        if request.branches is None and params.n > 1 and self.use_n:
             assert request.messages is not None
-            try:
-                return self._complete_n(request.messages, params, params.n, seed)
-            except BackendError as e:
-                import openai
-
-                cause = e.__cause__
-                status = cause.status_code if isinstance(cause, openai.APIStatusError) else 0
-                if not 400 <= status < 500 or status == 429:
-                    raise
-                # The server does not take n > 1: one request per sample instead.
-
+            came = self._with_n(request.messages, params, on_event)
         prompts = request.prompts()
-        if on_event is not None:
-            # Samples stream from pool threads; callers get one event at a time.
-            events_lock = threading.Lock()
-            user_callback = on_event
-
-            def on_event(event: StreamEvent) -> bool:
-                with events_lock:
-                    return bool(user_callback(event))
-
-        def sample_seed(i: int) -> int | None:
-            return None if seed is None else seed + i
-
-        def one(i: int) -> Completion:
-            one_params = SamplingParams(
-                temperature=params.temperature,
-                top_p=params.top_p,
-                max_tokens=params.max_tokens,
-                seed=sample_seed(i),
-                n=1,
-            )
-            try:
-                if on_event is not None:
-                    return self._stream_one(prompts[i], one_params, one_params.seed, i, on_event)
-                return self._complete_n(prompts[i], one_params, 1, one_params.seed)[0]
-            except BackendError as e:
-                return Completion(text="", finish_reason="error", error=str(e))
-
-        if len(prompts) == 1:
-            results = [one(0)]
-        else:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
-                results = list(pool.map(one, range(len(prompts))))
+        missing = [i for i in range(len(prompts)) if i not in came]
+        came.update(self._separately(prompts, missing, params, on_event))
+        results = [came[i] for i in range(len(prompts))]
         failed = [r for r in results if r.finish_reason == "error"]
         if failed and len(failed) == len(results):
             raise BackendError(failed[0].error)
         return results
+
+    def _with_n(
+        self, messages: list[Message], params: SamplingParams, on_event: StreamCallback | None
+    ) -> dict[int, Completion]:
+        """The N samples of one prompt as one request with `n`: the server computes the
+        prompt once and batches the samples. Returns those that came: none when the server
+        refused n > 1, fewer than N when it ignored `n`."""
+        samples = list(range(params.n))
+        body = self._body(messages, params, params.n, params.seed)
+        try:
+            if on_event is None:
+                came = self._complete(body, samples)
+            else:
+                came = self._stream(body, samples, on_event)
+        except BackendError as e:
+            if not _rejects_n(e):
+                raise
+            # use_n stays: the refusal may be of these sampling parameters, not of n itself
+            # (vLLM refused n > 1 with greedy sampling)
+            return {}
+        if len(came) < params.n:
+            # the server ignores `n`: the rest go as separate requests, as do later calls
+            self.use_n = False
+        return came
+
+    def _separately(
+        self,
+        prompts: list[list[Message]],
+        indices: list[int],
+        params: SamplingParams,
+        on_event: StreamCallback | None,
+    ) -> dict[int, Completion]:
+        """One request per sample. The first goes alone until its prompt is computed (its
+        first chunk streamed, or its answer came): the prompts share a prefix, which the
+        server's prefix cache (vLLM's automatic prefix caching, SGLang's radix cache) then
+        serves to the others, where N requests sent at once would each compute it. The rest
+        go concurrently, at most `concurrency` at a time."""
+        if not indices:
+            return {}
+        first, rest = indices[0], indices[1:]
+        if not rest:
+            return {first: self._sample(prompts[first], params, first, on_event)}
+        prefilled = threading.Event()
+        head_events = None if on_event is None else _noting_first_token(on_event, prefilled.set)
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(indices))) as pool:
+            head = pool.submit(self._sample, prompts[first], params, first, head_events)
+            head.add_done_callback(lambda _: prefilled.set())
+            prefilled.wait()
+            tail = pool.map(lambda i: self._sample(prompts[i], params, i, on_event), rest)
+            results = dict(zip(rest, tail, strict=True))
+        results[first] = head.result()
+        return results
+
+    def _sample(
+        self,
+        messages: list[Message],
+        params: SamplingParams,
+        i: int,
+        on_event: StreamCallback | None,
+    ) -> Completion:
+        """Sample i alone, with seed + i so samples differ; its failure is its own, marked
+        on its completion, so the other samples are kept."""
+        seed = None if params.seed is None else params.seed + i
+        body = self._body(messages, replace(params, n=1, seed=seed), 1, seed)
+        try:
+            if on_event is None:
+                came = self._complete(body, [i])
+            else:
+                came = self._stream(body, [i], on_event)
+            if i not in came:
+                raise BackendError(f"{self.base_url}/chat/completions answered no choice")
+            return came[i]
+        except BackendError as e:
+            return Completion(text="", finish_reason="error", error=str(e))
+
+
+def _all_stopped(choices: dict[int, _Choice], n: int) -> bool:
+    """Every choice came and ended, one at least by a stop: the rest of the stream (the
+    cancelled ones' tokens, the usage) is not worth waiting for. When all finished by
+    themselves the usage chunk follows at once, so the stream is read to its end."""
+    ended = [c.finish for c in choices.values() if c.finish]
+    return len(ended) == n and "cancelled" in ended
+
+
+def _report_done(choice: _Choice, on_event: StreamCallback) -> None:
+    on_event(StreamEvent(choice.sample, choice.so_far(done=True), choice.chunks, phase="done"))
 
 
 def _describe(err: Exception, what: str, base_url: str, attempts: int) -> str:

@@ -201,7 +201,8 @@ def run_episode_step(job_id: int, message_id: str = "") -> None:
                     job,
                     request,
                     timeout=settings.STUDIO_EPISODE_STEP_TIMEOUT_S,
-                    max_retries=1,
+                    max_retries=1,  # connection errors, 429 and 5xx: a timeout is final
+                    timeout_setting="STUDIO_EPISODE_STEP_TIMEOUT_S",
                 ),
                 sink,
                 time_limit_s=max(

@@ -163,9 +163,11 @@ def make_backend_for(
     *,
     timeout: float | None = None,
     max_retries: int | None = None,
+    timeout_setting: str | None = None,
 ) -> Backend:
     """The job's world-model backend; `timeout` (seconds per request) and `max_retries`
-    bound an OpenAI-compatible server's answer (default: the backend's own)."""
+    bound an OpenAI-compatible server's answer (default: the backend's own), and a request
+    that times out names `timeout_setting` as what to raise."""
     from inference.backends import make_backend
     from studio.services.endpoints import key_for_job
 
@@ -190,6 +192,7 @@ def make_backend_for(
         use_n=choice.supports_n,
         timeout=timeout,
         max_retries=max_retries,
+        timeout_setting=timeout_setting,
     )
 
 

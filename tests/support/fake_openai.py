@@ -6,13 +6,19 @@ here). It implements what our backends and commands use:
 - `GET /v1/models`.
 
 `responder(request_json, index)` scripts the answers; `index` is the 0-based sequence number of
-the chat request. It returns the text of every choice (str), one text per choice (list[str]), or
+the chat request. It returns the text of every choice (str), one text per choice (list[str];
+the choices of a stream come interleaved, as vLLM sends them), or
 `(status, body)` to fail the request with that HTTP status (body: str or dict, sent as an
 OpenAI-style error). Every request is recorded.
 
-`hold_after_chunks=K` makes every stream stop after its first K chunks until the test sets
-`srv.release` (or the server shuts down): a job that stays running, without timing. For
-more stops, set `srv.holds = {chunk_number: threading.Event(), ...}` at any time.
+`ignore_n=True` answers one choice whatever `n` asks, as a server that does not take `n`.
+`srv.timeline` records, in order, `("arrive", i)` when chat request i comes, `("first_token", i)`
+when its first content is written and `("answered", i)` when its answer is complete (how a test
+sees which request waited for which).
+
+`hold_after_chunks=K` makes every stream stop after the first K chunks of each choice until the
+test sets `srv.release` (or the server shuts down): a job that stays running, without timing.
+For more stops, set `srv.holds = {chunk_number: threading.Event(), ...}` at any time.
 
     with fake_openai_server(lambda req, i: "<predicted_observation>ok</predicted_observation>") as srv:
         backend = make_backend("openai", base_url=srv.base_url, model="m")
@@ -59,11 +65,12 @@ class FakeOpenAIServer(str):
         obj.requests = []
         obj.authorizations = []  # the Authorization header of each chat request
         obj.model_list_calls = 0
+        obj.timeline = []  # ("arrive" | "first_token" | "answered", request index), in order
         obj.in_flight = 0
         obj.max_in_flight = 0
         obj.lock = threading.Lock()
         obj.release = threading.Event()
-        obj.holds = {}  # chunk number -> Event a stream waits for there
+        obj.holds = {}  # chunk number (of each choice) -> Event a stream waits for there
         obj.stopped = threading.Event()  # set when the server shuts down
         return obj
 
@@ -78,7 +85,12 @@ def _make_handler(
     delay_s: float,
     chunk_delay_s: float,
     hold_after_chunks: int | None = None,
+    ignore_n: bool = False,
 ):
+    def note(kind: str, index: int) -> None:
+        with state.lock:
+            state.timeline.append((kind, index))
+
     class Handler(BaseHTTPRequestHandler):
         # keep-alive, as model servers do (a JSON answer carries its length); a stream has
         # no length and closes its connection
@@ -128,6 +140,7 @@ def _make_handler(
                 state.authorizations.append(self.headers.get("Authorization", ""))
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
+                state.timeline.append(("arrive", index))
             try:
                 if delay_s:
                     time.sleep(delay_s)
@@ -137,7 +150,7 @@ def _make_handler(
                     state.in_flight -= 1
 
         def _answer(self, body: dict, index: int) -> None:
-            n = int(body.get("n") or 1)
+            n = 1 if ignore_n else int(body.get("n") or 1)
             result = responder(body, index)
             if isinstance(result, tuple):
                 status, err = result
@@ -146,6 +159,8 @@ def _make_handler(
                 self._json(status, err)
                 return
             texts = result if isinstance(result, list) else [result] * n
+            if ignore_n:
+                texts = texts[:1]
             prompt_tokens = sum(count_tokens(m.get("content") or "") for m in body["messages"])
             created = int(time.time())
             if body.get("stream"):
@@ -159,6 +174,7 @@ def _make_handler(
                 }
                 for i, t in enumerate(texts)
             ]
+            note("first_token", index)
             self._json(
                 200,
                 {
@@ -174,6 +190,7 @@ def _make_handler(
                     },
                 },
             )
+            note("answered", index)
 
         def _stream(
             self, body: dict, index: int, texts: list[str], prompt_tokens: int, created: int
@@ -197,26 +214,31 @@ def _make_handler(
                 "model": body.get("model", state.model),
             }
             try:
-                sent = 0
-                for i, text in enumerate(texts):
+                for i in range(len(texts)):
                     send({**base, "choices": [{"index": i, "delta": {"role": "assistant"}}]})
-                    for piece in split_chunks(text):
-                        hold = state.holds.get(sent)
-                        if hold is not None:
-                            hold.wait(timeout=300)
-                        sent += 1
-                        if chunk_delay_s:
-                            # a slow model's pace, cut short as soon as the server stops
-                            state.stopped.wait(chunk_delay_s)
-                        send(
-                            {
-                                **base,
-                                "choices": [
-                                    {"index": i, "delta": {"content": piece}, "finish_reason": None}
-                                ],
-                            }
-                        )
-                    send({**base, "choices": [{"index": i, "delta": {}, "finish_reason": "stop"}]})
+                pieces = [split_chunks(t) for t in texts]
+                # round-robin over the choices still decoding, as a server batching them does;
+                # a hold at K stops every choice after its first K chunks
+                for rank in range(max((len(p) for p in pieces), default=0)):
+                    hold = state.holds.get(rank)
+                    if hold is not None:
+                        hold.wait(timeout=300)
+                    if chunk_delay_s:
+                        # a slow model's pace (a step decodes a token of every choice), cut
+                        # short as soon as the server stops
+                        state.stopped.wait(chunk_delay_s)
+                    if rank == 0:
+                        note("first_token", index)
+                    for i, choice_pieces in enumerate(pieces):
+                        if rank >= len(choice_pieces):
+                            continue
+                        last = rank == len(choice_pieces) - 1
+                        delta = {"content": choice_pieces[rank]}
+                        choice = {"index": i, "delta": delta, "finish_reason": None}
+                        send({**base, "choices": [choice]})
+                        if last:
+                            done = {"index": i, "delta": {}, "finish_reason": "stop"}
+                            send({**base, "choices": [done]})
                 if (body.get("stream_options") or {}).get("include_usage"):
                     out = sum(count_tokens(t) for t in texts)
                     send(
@@ -231,6 +253,7 @@ def _make_handler(
                         }
                     )
                 send("[DONE]")
+                note("answered", index)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client stopped reading (a stopped branch)
 
@@ -256,13 +279,19 @@ def fake_openai_server(
     delay_s: float = 0.0,
     chunk_delay_s: float = 0.0,
     hold_after_chunks: int | None = None,
+    ignore_n: bool = False,
 ) -> Iterator[FakeOpenAIServer]:
     """Run the server on a free port of 127.0.0.1 for the duration of the block; yields the
     base URL (a `FakeOpenAIServer` str with `requests`, `max_in_flight`, ...)."""
     server = _Server(("127.0.0.1", 0), BaseHTTPRequestHandler)
     state = FakeOpenAIServer(f"http://127.0.0.1:{server.server_address[1]}/v1", model)
     server.RequestHandlerClass = _make_handler(
-        state, responder or default_responder, delay_s, chunk_delay_s, hold_after_chunks
+        state,
+        responder or default_responder,
+        delay_s,
+        chunk_delay_s,
+        hold_after_chunks,
+        ignore_n,
     )
     if hold_after_chunks is not None:
         state.holds = {hold_after_chunks: state.release}
