@@ -305,24 +305,28 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _greedy(model, ids, mask, t: int):
+    """`model.generate`, greedy, exactly t new tokens (no eos stop), as every side decodes."""
+    return model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=t,
+        min_new_tokens=t,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=model.config.pad_token_id or 0,
+    )
+
+
 def run_naive(model, branches: Sequence[Sequence[int]], t: int, device: str):
     """`model.generate` once per branch, batch 1."""
     import torch
 
-    pad = model.config.pad_token_id or 0
     outs = []
     with torch.inference_mode():
         for b in branches:
             ids = torch.tensor([list(b)], device=device)
-            out = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=t,
-                min_new_tokens=t,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=pad,
-            )
+            out = _greedy(model, ids, torch.ones_like(ids), t)
             outs.append(out[0, len(b) :].tolist())
     _sync(device)
     return outs, sum(len(b) for b in branches)
@@ -340,15 +344,7 @@ def run_batched(model, branches: Sequence[Sequence[int]], t: int, device: str):
         ids[i, width - len(b) :] = torch.tensor(list(b))
         mask[i, width - len(b) :] = 1
     with torch.inference_mode():
-        out = model.generate(
-            ids.to(device),
-            attention_mask=mask.to(device),
-            max_new_tokens=t,
-            min_new_tokens=t,
-            do_sample=False,
-            eos_token_id=None,
-            pad_token_id=pad,
-        )
+        out = _greedy(model, ids.to(device), mask.to(device), t)
     _sync(device)
     return out[:, width:].tolist(), len(branches) * width
 
