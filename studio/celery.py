@@ -19,6 +19,22 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 
 app = Celery("studio")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+@app.on_configure.connect
+def _settings_or_one_line(**_kwargs) -> None:
+    """Import the settings as Celery starts reading them (a worker does while parsing its
+    command line), so that a missing or malformed variable prints one line naming it and
+    exits with status 1, not a traceback through click. In the web process the settings
+    are long loaded when a job is first sent: this does nothing there."""
+    from django.conf import settings
+
+    from studio.env import config_errors_exit
+
+    with config_errors_exit():
+        settings.INSTALLED_APPS  # noqa: B018 - the first read imports studio.settings
+
+
 app.autodiscover_tasks(["studio"])
 
 

@@ -5,11 +5,26 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import parse_qs, unquote, urlparse
 
 
 class ConfigError(RuntimeError):
     """A setting in the environment is missing or malformed."""
+
+
+@contextmanager
+def config_errors_exit(status: int = 1) -> Iterator[None]:
+    """Around an entry point (manage.py, the ASGI/WSGI module, the Celery app): a ConfigError
+    becomes one line on stderr naming the variable, then exit `status`. An operator who forgot
+    a variable needs its name, not the 15 frames of Django's settings import above it."""
+    try:
+        yield
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(status) from None
 
 
 _TRUE = {"1", "true", "yes", "on"}

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
-from inference.simulation.limits import BACKENDS, DEFAULT_WORLD_MODEL, OFFLINE_BACKEND
+from csp.constants import NONE, SELF, UNSAFE_INLINE
+
+from inference.simulation.limits import (
+    BACKENDS,
+    DEFAULT_WORLD_MODEL,
+    MAX_FUTURES,
+    OFFLINE_BACKEND,
+)
 from studio.env import (
     ConfigError,
     choose_broker,
@@ -16,6 +24,7 @@ from studio.env import (
     env_str,
     parse_database_url,
 )
+from studio.importers import limits as import_limits
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("STUDIO_DATA_DIR", str(BASE_DIR / "var")) or BASE_DIR / "var")
@@ -64,11 +73,16 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "template_partials",
+    "csp",  # the Content-Security-Policy header (django-csp; policy below)
     "studio",
+    # login throttling (its own migrations: failed attempts, sign-in log)
+    "axes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # before WhiteNoise, so static files get the policy too (an SVG can carry scripts)
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -78,6 +92,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # last, as django-axes asks: turns a locked-out sign-in into the lock-out page
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "studio.urls"
@@ -123,6 +139,33 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "project_list"
 LOGOUT_REDIRECT_URL = "login"
 
+# ---- Login throttling (django-axes) ------------------------------------------------------
+# After STUDIO_LOGIN_FAILURE_LIMIT wrong passwords for one username from one client IP, that
+# pair is locked out for STUDIO_LOGIN_LOCKOUT_MINUTES: the right password is refused too, and
+# the login page says so (HTTP 429). An admin unlocks at once: `manage.py axes_reset_username
+# NAME` (or `axes_reset`), or by deleting the access attempt in /admin/.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out sign-in
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("STUDIO_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("STUDIO_LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True  # a good sign-in forgets the earlier failures
+# Attempts during a lock-out are refused without being counted: the lock-out ends when the
+# page said it would, however often someone tries meanwhile.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "studio.views.lockout.lockout_response"
+# The client's IP: REMOTE_ADDR, which uvicorn takes from X-Forwarded-For when the proxy's
+# address is in its FORWARDED_ALLOW_IPS (see README). A proxy that sets a header of its own
+# instead (e.g. X-Real-IP) is named by STUDIO_CLIENT_IP_HEADER; that header must be set by
+# the proxy on every request, or a client could choose its own IP.
+_ip_header = (env_str("STUDIO_CLIENT_IP_HEADER", "") or "").strip()
+if _ip_header and not _ip_header.replace("-", "").isalnum():
+    raise ConfigError(f"STUDIO_CLIENT_IP_HEADER={_ip_header!r} is not a header name (X-Real-IP)")
+_ip_meta = "HTTP_" + _ip_header.upper().replace("-", "_")
+AXES_IPWARE_META_PRECEDENCE_ORDER = (_ip_meta, "REMOTE_ADDR") if _ip_header else ("REMOTE_ADDR",)
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
@@ -138,13 +181,95 @@ WHITENOISE_AUTOREFRESH = DEBUG
 MEDIA_ROOT = DATA_DIR / "uploads"
 MEDIA_ROOT.mkdir(parents=True, exist_ok=True)
 FILE_UPLOAD_TEMP_DIR = None
+# A request's form fields other than files (a world typed into its editor fits); a file past
+# 2 MB goes to a temporary file as it uploads, not memory. Files: STUDIO_MAX_UPLOAD_MB.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_MB", 512, minimum=1) * 1024 * 1024
+# Uploads a person may make in any hour, over every project (studio.services.upload_limits).
+STUDIO_MAX_UPLOADS_PER_HOUR = env_int("STUDIO_MAX_UPLOADS_PER_HOUR", 60, minimum=1)
+# How long the file of a failed or cancelled import is kept for Retry (days after it stopped);
+# the workers' sweep removes it then, and at once after a successful import.
+STUDIO_UPLOAD_RETENTION_DAYS = env_int("STUDIO_UPLOAD_RETENTION_DAYS", 7, minimum=0)
+# What one import may read (studio.importers.limits, where the defaults are explained): JSON
+# nesting depth, a file's size, a JSONL line's length, one kept JSON field (metadata, tools,
+# a step's meta). Past one, the import fails naming the file, the line or record, the limit.
+STUDIO_IMPORT_MAX_DEPTH = env_int(
+    "STUDIO_IMPORT_MAX_DEPTH", import_limits.DEFAULT_MAX_DEPTH, minimum=2
+)
+if STUDIO_IMPORT_MAX_DEPTH > import_limits.MAX_DEPTH_CEILING:
+    raise ConfigError(
+        f"STUDIO_IMPORT_MAX_DEPTH={STUDIO_IMPORT_MAX_DEPTH} must be at most "
+        f"{import_limits.MAX_DEPTH_CEILING} (deeper JSON overflows Python's stack)"
+    )
+STUDIO_IMPORT_MAX_FILE_BYTES = import_limits.MB * env_int(
+    "STUDIO_IMPORT_MAX_FILE_MB", import_limits.DEFAULT_MAX_FILE_MB, minimum=1
+)
+STUDIO_IMPORT_MAX_LINE_BYTES = import_limits.MB * env_int(
+    "STUDIO_IMPORT_MAX_LINE_MB", import_limits.DEFAULT_MAX_LINE_MB, minimum=1
+)
+STUDIO_IMPORT_MAX_FIELD_BYTES = import_limits.MB * env_int(
+    "STUDIO_IMPORT_MAX_FIELD_MB", import_limits.DEFAULT_MAX_FIELD_MB, minimum=1
+)
 
-SESSION_COOKIE_SECURE = not DEBUG and env_bool("SECURE_COOKIES", True)
+# ---- HTTPS and browser security ----------------------------------------------------------
+# With DEBUG off the studio expects HTTPS, and `manage.py check --deploy` has nothing to say:
+# plain HTTP is redirected, cookies are sent over HTTPS only, browsers are told to use HTTPS
+# for a year (HSTS). Each is switchable for the set-up in front of the studio (see README):
+# STUDIO_BEHIND_TLS_PROXY=1 when a proxy ends TLS and sends X-Forwarded-Proto (trusted only
+# then: without a proxy that sets it, a client could send the header itself);
+# STUDIO_SSL_REDIRECT=0 when the proxy redirects HTTP itself, or on plain HTTP (with
+# SECURE_COOKIES=0, as docker-compose runs by default). The variables are read even with DEBUG
+# on, so a malformed value fails in development too; DEBUG turns the HTTPS parts off (the
+# local set-up, scripts/dev.sh and the tests, run on plain http://127.0.0.1).
+_behind_tls_proxy = env_bool("STUDIO_BEHIND_TLS_PROXY", False)
+if _behind_tls_proxy:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("STUDIO_SSL_REDIRECT", True) and not DEBUG
+# Load balancers and container health checks probe over plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# Sent on HTTPS responses only (browsers ignore it over HTTP). includeSubDomains covers the
+# hosts below the studio's own name only. `preload` (STUDIO_HSTS_PRELOAD=1) is off by
+# default: it asks browsers to ship the rule for the whole registered domain, which is for
+# the domain's owner to decide and takes months to undo; check --deploy's reminder of it
+# (security.W021) is silenced while it is off.
+_hsts_seconds = env_int("STUDIO_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)  # 0: no HSTS
+SECURE_HSTS_SECONDS = 0 if DEBUG else _hsts_seconds
+SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+SECURE_HSTS_PRELOAD = env_bool("STUDIO_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", True) and not DEBUG
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
-X_FRAME_OPTIONS = "SAMEORIGIN"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+# No page of ours is ever framed: HTML observations are shown in `srcdoc` iframes (the page
+# inline, studio/rendering/html_view.py), which load no URL of ours.
+X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy (django-csp) on every response. Scripts only from our static files
+# (htmx and Plotly are in static/vendor): no inline script, no on*= handler, no eval (htmx
+# evals only hx-on, js: values and [filter] triggers, which no template uses; base.html's
+# htmx-config turns eval off). Styles may be inline: HTML observations are recorded pages
+# whose look is their own <style> and style= (their srcdoc iframe inherits this policy, on
+# top of the stricter one it carries itself, see html_view.py), and Plotly writes a <style>
+# element and style attributes as it draws. An inline style runs no code; our templates use
+# a few for computed widths and indents.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "frame-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 # ---- Celery -----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL") or None
@@ -179,6 +304,16 @@ CELERY_DB_REUSE_MAX = env_int("STUDIO_WORKER_DB_REUSE", 1000, minimum=0)
 STUDIO_EPISODE_STEP_TIMEOUT_S = env_int("STUDIO_EPISODE_STEP_TIMEOUT_S", 300, minimum=1)
 # Tests give every run its own queue names so a developer's worker never steals test jobs.
 STUDIO_QUEUE_PREFIX = env_str("STUDIO_QUEUE_PREFIX", "") or ""
+# What one project may ask of the workers (studio.services.job_limits says how each counts):
+# futures per simulation (at most the hard maximum, MAX_FUTURES), turns and text of history
+# a simulation sends the model, jobs queued or running at once, episode steps waiting.
+STUDIO_MAX_FUTURES = env_int("STUDIO_MAX_FUTURES", MAX_FUTURES, minimum=1)
+if STUDIO_MAX_FUTURES > MAX_FUTURES:
+    raise ConfigError(f"STUDIO_MAX_FUTURES={STUDIO_MAX_FUTURES} must be at most {MAX_FUTURES}")
+STUDIO_MAX_HISTORY_STEPS = env_int("STUDIO_MAX_HISTORY_STEPS", 5000, minimum=1)
+STUDIO_MAX_HISTORY_BYTES = env_int("STUDIO_MAX_HISTORY_MB", 64, minimum=1) * 1024 * 1024
+STUDIO_MAX_ACTIVE_JOBS = env_int("STUDIO_MAX_ACTIVE_JOBS", 20, minimum=1)
+STUDIO_MAX_ACTIVE_EPISODE_STEPS = env_int("STUDIO_MAX_ACTIVE_EPISODE_STEPS", 64, minimum=1)
 
 # ---- World model ------------------------------------------------------------------------
 # Default backend for simulations when a request does not name one: the retrieval baseline
@@ -213,5 +348,7 @@ LOGGING = {
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
+        # failures and lock-outs are warnings; its per-request notes are not wanted
+        "axes": {"level": "WARNING"},
     },
 }

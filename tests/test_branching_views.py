@@ -74,6 +74,9 @@ def test_annotator_views_but_cannot_branch_or_manage(annotator_client, traj):
         c.get(reverse("branch_compare", args=[t.pk]) + f"?b={root.pk}&b={child.pk}").status_code
         == 200
     )
+    rows = reverse("branch_compare_rows", args=[t.pk]) + f"?b={root.pk}&b={child.pk}"
+    assert c.get(rows + "&start=2").status_code == 200
+    assert c.get(rows + f"&at=2&column={child.pk}").status_code == 200
 
 
 def test_outsider_gets_404_everywhere(outsider_client, traj):
@@ -83,6 +86,8 @@ def test_outsider_gets_404_everywhere(outsider_client, traj):
         reverse("branch_fork", args=[root.pk, 1]),
         reverse("branch_tree", args=[t.pk]),
         reverse("branch_compare", args=[t.pk]) + f"?b={root.pk}",
+        reverse("branch_compare_rows", args=[t.pk]) + f"?b={root.pk}&start=0",
+        reverse("branch_compare_rows", args=[t.pk]) + f"?b={root.pk}&at=1&column={root.pk}",
         reverse("simulation_job", args=[job.pk]),
         reverse("branch_delete", args=[root.pk]),
     ):
@@ -412,7 +417,9 @@ def test_compare_of_a_fork_summarises_outcomes_with_at_most_six_columns(research
         reverse("branch_compare", args=[t.pk]) + f"?b={root.pk}&b={kids[0].pk}"
     ).content.decode()
     assert "<del>git status</del>" not in html  # actions equal: no action diff
-    assert "vs recorded" in html
+    # the future's step 2 is the recorded one's text: folded, not a row
+    assert "1 identical step (2)" in html and 'id="compare-step-2"' not in html
+    assert 'id="compare-step-3"' in html and "no step 3" in html
 
 
 def test_futures_of_another_action_and_recorded_alternatives_are_summarised_apart(
@@ -601,22 +608,94 @@ def test_continue_a_branch_with_a_new_step(researcher_client, traj):
     assert url in tree  # "Continue…" on the branch list
 
 
-def test_compare_pages_long_branches(researcher_client, project):
+def _next_rows_url(html: str) -> str | None:
+    m = re.search(r'<tr class="compare-more[^"]*" hx-get="([^"]+)" hx-trigger="revealed"', html)
+    return m.group(1).replace("&amp;", "&") if m else None
+
+
+def test_compare_shows_only_differing_steps_and_folds_identical_runs(researcher_client, project):
+    steps = [(f"cmd {i}", f"out {i}") for i in range(130)]
+    t, root = make_trajectory(project, steps=steps, key="runs")
+    # copies of the recorded steps (rows of their own, same texts) except where they differ
+    a = make_child(root, 5, [f"out {i}" if i not in (10, 60) else "A!" for i in range(5, 130)])
+    b = make_child(root, 5, [f"out {i}" if i != 100 else "B!" for i in range(5, 130)])
+    url = reverse("branch_compare", args=[t.pk]) + f"?b={a.pk}&b={b.pk}"
+    html = researcher_client.get(url).content.decode()
+    assert re.findall(r'id="compare-step-(\d+)"', html) == ["10", "60", "100"]
+    runs = re.findall(r"<strong>(\d+ identical steps? \([\d–]+\))</strong>", html)
+    assert runs == [
+        "5 identical steps (5–9)",
+        "49 identical steps (11–59)",
+        "39 identical steps (61–99)",
+        "29 identical steps (101–129)",
+    ]
+    assert "End of the comparison: step 129 is the last step" in html
+    assert _next_rows_url(html) is None
+    # a run opens window by window, each row showing the same text in both columns
+    opened = re.search(r'hx-get="([^"]+start=11&amp;to=59)"', html).group(1).replace("&amp;", "&")
+    part = researcher_client.get(opened).content.decode()
+    assert "<html" not in part
+    assert re.findall(r'id="compare-step-(\d+)"', part) == [str(i) for i in range(11, 21)]
+    assert part.count("same meaning") == 2 * 10
+    assert _next_rows_url(part).endswith("&start=21&to=59")
+    last = researcher_client.get(_next_rows_url(part).replace("start=21", "start=51")).content
+    assert re.findall(r'id="compare-step-(\d+)"', last.decode())[-1] == "59"
+    assert _next_rows_url(last.decode()) is None and "End of the comparison" not in last.decode()
+
+
+def test_compare_loads_long_differences_in_windows(researcher_client, project):
     steps = [(f"cmd {i}", f"out {i}") for i in range(130)]
     t, root = make_trajectory(project, steps=steps, key="long")
     a = make_child(root, 5, [f"alt {i}" for i in range(125)], name="A")
     b = make_child(root, 5, [f"other {i}" for i in range(125)], name="B")
     url = reverse("branch_compare", args=[t.pk]) + f"?b={a.pk}&b={b.pk}"
     html = researcher_client.get(url).content.decode()
-    assert html.count('id="compare-step-') == 50
-    assert 'id="compare-step-5"' in html and 'id="compare-step-54"' in html
-    assert "steps 5–54 of 129" in html and 'id="compare-prev"' not in html
-    nxt = re.search(r'href="([^"]+)" id="compare-next"', html).group(1).replace("&amp;", "&")
-    html = researcher_client.get(nxt).content.decode()
-    assert 'id="compare-step-55"' in html and "start=5" in html  # back to the first page
-    last = researcher_client.get(url + "&start=120").content.decode()
-    assert last.count('id="compare-step-') == 10 and 'id="compare-next"' not in last
+    assert re.findall(r'id="compare-step-(\d+)"', html) == [str(i) for i in range(5, 15)]
+    assert "Steps 0–4 are the same in all of them" in html
+    seen = 10
+    nxt = _next_rows_url(html)
+    while nxt:
+        part = researcher_client.get(nxt).content.decode()
+        shown = [int(i) for i in re.findall(r'id="compare-step-(\d+)"', part)]
+        assert shown == list(range(5 + seen, 5 + seen + len(shown))) and 0 < len(shown) <= 10
+        seen += len(shown)
+        nxt = _next_rows_url(part)
+    assert seen == 125 and "End of the comparison: step 129" in part
+    # a start inside the branches, and bad input, each named
+    assert 'id="compare-step-120"' in researcher_client.get(url + "&start=120").content.decode()
     assert researcher_client.get(url + "&start=-1").status_code == 400
+    rows = reverse("branch_compare_rows", args=[t.pk])
+    stale = researcher_client.get(rows + f"?b={a.pk}&b=999999&start=5")
+    assert stale.status_code == 400
+    assert "b: Select a valid choice. 999999 is not one of the available choices." in (
+        stale.content.decode()
+    )
+    backwards = researcher_client.get(rows + f"?b={a.pk}&start=9&to=5").content.decode()
+    assert "The rows end before they start (9–5)." in backwards
+
+
+def test_a_long_observation_shows_an_excerpt_and_loads_whole(researcher_client, project):
+    big = "BEGIN\n" + "same line of log output\n" * 5000 + "THE END\n"
+    t, root = make_trajectory(project, steps=[("ls", "x"), ("cat log", big)], key="big")
+    a = make_child(root, 1, [big.replace("THE END", "THE <b>CHANGED</b> END")], name="A")
+    b = make_child(root, 1, [big], name="B")
+    url = reverse("branch_compare", args=[t.pk]) + f"?b={a.pk}&b={b.pk}"
+    html = researcher_client.get(url).content.decode()
+    row = html.split('id="compare-step-1"')[1]
+    assert len(html) < len(big) / 2
+    cells = row.split('<td class="compare-cell')[1:3]
+    # A: the change, with the unchanged text around it cut and counted
+    assert "<ins>&lt;b&gt;CHANGED&lt;/b&gt; </ins>" in cells[0]
+    assert re.search(r"… [\d,]+ unchanged characters …", cells[0])
+    # B: the same text as recorded, its first characters and how many more there are
+    assert "same meaning" in cells[1] and re.search(r"… [\d,]+ more characters", cells[1])
+    assert "THE END" not in cells[1]
+    show = re.search(r'hx-get="([^"]+&amp;at=1&amp;column=' + str(b.pk) + ')"', cells[1])
+    whole = researcher_client.get(show.group(1).replace("&amp;", "&")).content.decode()
+    assert whole.startswith('<td class="compare-cell same"') or "compare-cell same" in whole
+    assert "THE END" in whole and "more characters" not in whole and "Show all" not in whole
+    step = Step.objects.get(branch=b, index=1)
+    assert f'hx-get="{reverse("step_observation", args=[step.pk])}"' in cells[1]  # rendered: lazy
 
 
 def test_compare_past_the_shorter_first_column_diffs_the_others_against_each_other(

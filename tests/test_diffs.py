@@ -86,3 +86,24 @@ def test_a_text_replaced_as_a_whole_is_one_replacement():
         ("delete", "Transfer successful"),
         ("insert", '{"reservation_id": "HATHAT"} error: not found'),
     ]
+
+
+def test_long_repetitive_texts_diff_exactly_and_at_once():
+    """Log lines repeated a thousand times with every other one changed: difflib's matcher
+    took about 40 s on this; the LCS alignment is exact and immediate."""
+    from studio.services.diffs import line_pieces, similarity, word_pieces
+
+    line = "[00005] \x1b[32mINFO\x1b[0m worker processed item <5> in 12 ms & queued next\n"
+    recorded = line * 1400
+    changed = "".join(line.replace("INFO", "WARN") if k % 2 else line for k in range(1400))
+    for pieces in (line_pieces(recorded, changed), word_pieces(recorded, changed)):
+        assert "".join(t for op, t in pieces if op != "delete") == changed
+        assert "".join(t for op, t in pieces if op != "insert") == recorded
+    lines = line_pieces(recorded, changed)
+    assert sum(t.count("\n") for op, t in lines if op == "insert") == 700  # only those
+    assert similarity(recorded, changed) == 0.5  # 700 of 1400 lines on each side kept
+    # texts that differ everywhere past the alignment bound are one replacement, unmeasured
+    a = "".join(f"{k}\n" for k in range(0, 40_000, 2))
+    b = "".join(f"{k}\n" for k in range(1, 40_000, 2))
+    assert line_pieces(a, b) == [("delete", a), ("insert", b)]
+    assert similarity(a, b) is None

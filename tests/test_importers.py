@@ -190,9 +190,11 @@ def test_forced_format_and_domain(project):
     )
     assert result.detected_format == "openai-chat"
     assert set(Trajectory.objects.values_list("domain", flat=True)) == {"os"}
-    # forcing the wrong format gives that format's error, naming the line
+    # forcing the wrong format gives that format's error, naming the line and the format
     with pytest.raises(
-        ImportFailure, match=r'^awb_mixed.jsonl line 1: field "messages" is missing$'
+        ImportFailure,
+        match=r'^awb_mixed.jsonl line 1: field "messages" is missing '
+        r"\(read as openai-chat, the format chosen\)$",
     ):
         do_import_file(project=project, path=FIXTURES / "awb_mixed.jsonl", fmt="openai-chat")
     with pytest.raises(ImportFailure, match="unknown format"):

@@ -70,7 +70,7 @@ def test_form_errors_and_permissions(client, researcher_client, project, setting
     assert bad_format.status_code == 400 and "Select a valid choice" in bad_format.content.decode()
     settings.STUDIO_MAX_UPLOAD_BYTES = 10
     too_big = upload(researcher_client, project, b"x" * 50, name="big.json")
-    assert too_big.status_code == 400 and "the limit is" in too_big.content.decode()
+    assert too_big.status_code == 413 and "the upload limit of 10" in too_big.content.decode()
     assert not ImportJob.objects.exists()
 
     client.force_login(project.users["annotator"])

@@ -9,7 +9,8 @@ from django.utils.safestring import SafeData
 from studio.models import Trajectory
 from studio.presenters.diff import diff_html
 from studio.presenters.tree import LABEL_LIMIT, build_tree_figure, node_label, plotly_text
-from studio.services.branches import TreeNode, build_comparison
+from studio.services.branches import TreeNode
+from studio.services.compare import build_comparison
 from tests.support.branching import make_child, make_trajectory
 
 SERVICES = Path(__file__).resolve().parents[1] / "studio" / "services"
@@ -35,7 +36,8 @@ def test_build_comparison_returns_plain_diff_pieces(project):
     b = make_child(root, 2, ["1 failed", "other"], name="B", action="rm -rf <dir>")
     for mode in ("words", "lines"):
         comparison = build_comparison(t, [a, b], diff=mode)
-        cells = [cell for row in comparison.rows for cell in row.cells]
+        rows = [row for row in comparison.window.items if row.kind == "row"]
+        cells = [cell for row in rows for cell in row.cells]
         diffs = [cell.observation_diff for cell in cells if cell.observation_diff is not None]
         diffs += [cell.action_diff for cell in cells if cell.action_diff is not None]
         assert diffs
@@ -44,10 +46,10 @@ def test_build_comparison_returns_plain_diff_pieces(project):
             for op, text in pieces:
                 assert op in {"equal", "delete", "insert"}
                 assert type(text) is str and not isinstance(text, SafeData)
-        first = comparison.rows[0].cells[0]
+        first = rows[0].cells[0]
         assert any(op == "insert" and "<script>" in text for op, text in first.observation_diff)
         assert "<script>" not in diff_html(first.observation_diff)
-    b_cell = comparison.rows[0].cells[1]
+    b_cell = rows[0].cells[1]
     assert b_cell.action_diff is not None
     assert "&lt;dir&gt;" in diff_html(b_cell.action_diff)
 
@@ -70,4 +72,23 @@ def test_tree_figure_from_plain_nodes_escapes_names():
     assert len(many) > LABEL_LIMIT
     assert all(
         tr["name"] != "labels" for tr in build_tree_figure(Trajectory(pk=7), nodes=many)["data"]
+    )
+
+
+def test_excerpts_of_long_diffs_and_texts_escape_and_count_what_they_cut():
+    from studio.presenters.diff import pieces_excerpt_html, text_excerpt_html
+
+    evil = "<script>alert('x')</script>"
+    pieces = [("equal", evil + "a" * 5000), ("delete", evil), ("insert", "b" * 9000 + evil)]
+    html = str(pieces_excerpt_html(pieces, 2000))
+    assert "<script" not in html and "&lt;script&gt;" in html
+    assert f"… {5000 + len(evil) - 160:,} unchanged characters …" in html  # 160 kept
+    assert "<del>&lt;script&gt;" in html and "more characters added" in html
+    assert str(pieces_excerpt_html(pieces[:2], 10**6)) == str(diff_html(pieces[:2]))  # fits
+    text = str(text_excerpt_html(evil * 100, 50))
+    assert text.startswith("<pre>&lt;script&gt;") and "<script" not in text
+    assert f"… {len(evil) * 100 - 50:,} more characters" in text
+    assert (
+        str(text_excerpt_html(evil, 50))
+        == "<pre>&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;</pre>"
     )

@@ -23,7 +23,7 @@ def test_library_search_updates_results_and_url(page, login, live_server, projec
     assert page.locator(".lib-table tbody tr").count() == 2
     page.fill("#id_q", "deployment")
     page.wait_for_url(lambda url: "q=deployment" in url)
-    page.wait_for_function("document.querySelectorAll('.lib-table tbody tr').length === 1")
+    page.wait_for_function("() => document.querySelectorAll('.lib-table tbody tr').length === 1")
     assert page.locator(".t-title a").inner_text() == "Deploy the web app"
     page.select_option("#id_sort", "title")
     page.wait_for_url(lambda url: "sort=title" in url)
@@ -118,7 +118,7 @@ def test_script_payloads_never_run(page, login, live_server, project):
     # open every fold, expand the preview, and show HTML sources
     page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
     page.click("text=Load full observation")
-    page.wait_for_function("!document.querySelector('.render-preview')")
+    page.wait_for_function("() => !document.querySelector('.render-preview')")
     page.wait_for_load_state("networkidle")  # broken images have failed: handlers had a chance
     assert page.evaluate("window.__xss") is None
     assert dialogs == []

@@ -366,3 +366,15 @@ def test_fenced_actions_render_as_the_action_with_the_raw_text_a_click_away():
     nested = "```\n```bash\nrm -rf /tmp/x\n```\n```"
     html = str(render_action("terminal", nested))
     assert html.count("raw action") == 1 and "rm -rf /tmp/x" in html
+
+
+def test_deeply_nested_json_observations_render_without_overflowing():
+    from studio.rendering import render_observation
+
+    for depth in (900, 5000):
+        plain = "[" * depth + "]" * depth
+        embedded = '{"result": "' + plain + '"}'
+        for text in (plain, embedded):
+            html = str(render_observation("mcp", text))
+            assert "json-tree" in html or "[[[" in html
+            assert len(html) < 200_000  # the deep rest is compact raw text

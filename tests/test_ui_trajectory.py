@@ -235,3 +235,23 @@ def test_raw_model_output_of_simulated_steps_loads_on_demand(researcher_client, 
         "No raw output stored."
         in researcher_client.get(reverse("step_raw_output", args=[recorded.pk])).content.decode()
     )
+
+
+def test_windows_are_wrapped_and_load_again_alone(researcher_client, project, settings):
+    """Each window of steps is one `.step-window` (the page empties far ones and loads them
+    again with `dir=none`: the window alone, no way on); the window size and how many the
+    page keeps are settings."""
+    settings.STUDIO_STEPS_PER_WINDOW = 10
+    settings.STUDIO_STEP_WINDOWS_KEPT = 3
+    settings.STUDIO_STEP_ELEMENTS_KEPT = 5000
+    traj = make_trajectory(project, n_steps=35)
+    html = page(researcher_client, traj).content.decode()
+    assert step_ids(html) == list(range(10))
+    assert 'data-page-size="10" data-windows-kept="3" data-elements-kept="5000"' in html
+    assert '<div class="step-window" data-start="0" data-end="9">' in html
+    again = steps_partial(researcher_client, traj, start=20, dir="none").content.decode()
+    assert again.strip().startswith('<div class="step-window" data-start="20" data-end="29">')
+    assert step_ids(again) == list(range(20, 30))
+    assert "steps-next" not in again and "steps-prev" not in again
+    last = steps_partial(researcher_client, traj, start=30, dir="none").content.decode()
+    assert '<div class="step-window" data-start="30" data-end="34">' in last

@@ -1,4 +1,5 @@
-// Library and trajectory pages: folding long observations, jump to step, j/k navigation.
+// Library and trajectory pages: folding long observations, jump to step, j/k navigation,
+// and a timeline that keeps a bounded number of step windows in the page.
 (function () {
   "use strict";
 
@@ -53,6 +54,8 @@
     var prev = current();
     if (prev) prev.classList.remove("current");
     el.classList.add("current");
+    // remembered apart from the element: its window may be emptied and loaded again
+    root.dataset.current = el.dataset.index;
     if (scroll) el.scrollIntoView({ block: "start" });
   }
 
@@ -69,7 +72,99 @@
     return root.dataset.stepsUrl + "?branch=" + encodeURIComponent(root.dataset.branch) + "&start=" + start;
   }
 
-  // Show step n: scroll to it if loaded, else replace the timeline by the window holding it.
+  function pageSize() {
+    return parseInt(root.dataset.pageSize, 10) || 25;
+  }
+
+  // ---- a bounded timeline ----------------------------------------------------------------
+  // Steps come in windows (.step-window, data-start..data-end). Past data-windows-kept loaded
+  // windows, or data-elements-kept elements in them, the windows more than a screen away
+  // from the viewport are emptied (farthest first) into placeholders of the same height
+  // (nothing on screen moves) and loaded again (dir=none: the window alone) when they come
+  // within a screen; a jump to a step in one loads it. A window holding the focus or a text
+  // selection is never emptied.
+
+  var placeholders = null; // IntersectionObserver of the emptied windows
+  var pruneQueued = false;
+
+  function windowAt(start) {
+    return document.querySelector('#steps .step-window[data-start="' + start + '"]');
+  }
+
+  function distance(el) {
+    var r = el.getBoundingClientRect();
+    if (r.bottom < 0) return -r.bottom;
+    if (r.top > window.innerHeight) return r.top - window.innerHeight;
+    return 0;
+  }
+
+  function inUse(win) {
+    var active = document.activeElement;
+    if (active && active !== document.body && win.contains(active)) return true;
+    var sel = window.getSelection && window.getSelection();
+    if (sel && sel.rangeCount && !sel.isCollapsed && sel.getRangeAt(0).intersectsNode(win)) return true;
+    return false;
+  }
+
+  function empty(win) {
+    win.style.height = win.getBoundingClientRect().height + "px";
+    win.classList.add("placeholder");
+    win.setAttribute("aria-label", "Steps " + win.dataset.start + "–" + win.dataset.end + " (loaded again when scrolled to)");
+    win.textContent = "";
+    placeholders.observe(win);
+  }
+
+  function elementsIn(win) {
+    // counted once: a window's steps only change when it is loaded again (a new element)
+    if (!win.dataset.elements) win.dataset.elements = win.getElementsByTagName("*").length;
+    return parseInt(win.dataset.elements, 10);
+  }
+
+  function prune() {
+    pruneQueued = false;
+    if (!root) return;
+    var loaded = Array.prototype.slice.call(document.querySelectorAll("#steps .step-window:not(.placeholder)"));
+    var maxWindows = parseInt(root.dataset.windowsKept, 10) || 6;
+    var maxElements = parseInt(root.dataset.elementsKept, 10) || 12000;
+    var elements = loaded.reduce(function (sum, w) { return sum + elementsIn(w); }, 0);
+    var count = loaded.length;
+    if (count <= maxWindows && elements <= maxElements) return;
+    var far = loaded.filter(function (w) { return distance(w) > window.innerHeight && !inUse(w); });
+    far.sort(function (a, b) { return distance(b) - distance(a); });
+    for (var i = 0; i < far.length && (count > maxWindows || elements > maxElements); i++) {
+      elements -= elementsIn(far[i]);
+      count -= 1;
+      empty(far[i]);
+    }
+  }
+
+  function queuePrune() {
+    if (pruneQueued || !root) return;
+    pruneQueued = true;
+    window.requestAnimationFrame(prune);
+  }
+
+  // Load an emptied window again, in its place; resolves once it is in the page. The
+  // window is the request's source: htmx runs one request per source at a time and queues
+  // the others (their promises never resolve), so windows must not share one.
+  function refill(win) {
+    placeholders.unobserve(win);
+    if (!win._refill) {
+      var url = stepsUrl(win.dataset.start) + "&dir=none";
+      win._refill = htmx.ajax("GET", url, { source: win, target: win, swap: "outerHTML" });
+      var retry = function () {
+        // still a placeholder (an error answer, or none): try again once it is near later
+        if (!win.isConnected) return;
+        win._refill = null;
+        window.setTimeout(function () { if (win.isConnected) placeholders.observe(win); }, 2000);
+      };
+      win._refill.then(retry, retry);
+    }
+    return win._refill;
+  }
+
+  // Show step n: scroll to it if loaded, load its emptied window, else replace the timeline
+  // by the window holding it.
   function jumpTo(n) {
     var total = parseInt(root.dataset.total, 10) || 0;
     if (isNaN(n) || n < 0 || total === 0) return;
@@ -83,30 +178,40 @@
       highlight(el, true);
       return;
     }
-    var size = parseInt(root.dataset.pageSize, 10) || 50;
-    var start = n - (n % size);
-    htmx.ajax("GET", stepsUrl(start), { target: "#steps", swap: "innerHTML" }).then(function () {
+    var start = n - (n % pageSize());
+    var win = windowAt(start);
+    var loading = win && win.classList.contains("placeholder")
+      ? refill(win)
+      : htmx.ajax("GET", stepsUrl(start), { source: "#steps", target: "#steps", swap: "innerHTML" });
+    loading.then(function () {
       highlight(document.getElementById("step-" + n), true);
     });
   }
 
   function move(delta) {
-    var all = steps();
-    var cur = current() || visibleStep();
-    if (!cur) return;
-    var i = all.indexOf(cur);
-    if (current()) i += delta;
-    if (i >= all.length) {
+    var cur = current();
+    if (!cur) {
+      highlight(visibleStep(), true);
+      return;
+    }
+    var n = parseInt(cur.dataset.index, 10) + delta;
+    var el = document.getElementById("step-" + n);
+    if (el) {
+      highlight(el, true);
+      return;
+    }
+    var win = windowAt(n - (n % pageSize()));
+    if (n >= 0 && win && win.classList.contains("placeholder")) {
+      jumpTo(n);
+      return;
+    }
+    if (delta > 0) {
       var more = document.querySelector("#steps .steps-next");
       if (more) more.scrollIntoView({ block: "end" });
       return;
     }
-    if (i < 0) {
-      var prev = document.querySelector("#steps .steps-prev");
-      if (prev) htmx.trigger(prev, "click");
-      return;
-    }
-    highlight(all[i], true);
+    var prev = document.querySelector("#steps .steps-prev");
+    if (prev) htmx.trigger(prev, "click");
   }
 
   document.addEventListener("keydown", function (evt) {
@@ -132,6 +237,18 @@
   document.addEventListener("DOMContentLoaded", function () {
     root = document.getElementById("trajectory");
     if (!root) return;
+    placeholders = new IntersectionObserver(function (entries) {
+      entries.forEach(function (entry) {
+        if (entry.isIntersecting) refill(entry.target);
+      });
+    }, { rootMargin: "100% 0px" });
+    window.addEventListener("scroll", queuePrune, { passive: true });
+    document.addEventListener("htmx:afterSettle", function () {
+      // a window came in: the current step keeps its highlight, far windows are emptied
+      var cur = root.dataset.current && document.getElementById("step-" + root.dataset.current);
+      if (cur && !cur.classList.contains("current")) cur.classList.add("current");
+      queuePrune();
+    });
     var form = document.getElementById("jump-form");
     if (form) {
       form.addEventListener("submit", function (evt) {

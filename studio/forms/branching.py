@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 from inference import perturbations as perturbing
 from inference.simulation import limits
@@ -227,7 +228,8 @@ class SimulateForm(forms.Form):
                 self.fields[key].initial = value
         for name in ("n", "max_tokens", "max_steps", "seed"):
             self.fields[name].widget.attrs["step"] = "1"
-        self.fields["n"].widget.attrs.update(min="1", max=str(limits.MAX_FUTURES))
+        # the operator's cap (STUDIO_MAX_FUTURES, at most limits.MAX_FUTURES)
+        self.fields["n"].widget.attrs.update(min="1", max=str(settings.STUDIO_MAX_FUTURES))
         self.fields["max_steps"].widget.attrs.update(min="1", max=str(limits.MAX_ROLLOUT_STEPS))
         self.fields["temperature"].widget.attrs.update(
             step="0.05", min="0", max=str(limits.TEMPERATURE_MAX)
@@ -365,6 +367,13 @@ class RenameBranchForm(forms.Form):
         return name
 
 
+COMPARE_DIFFS = [
+    ("meaning", "Meaning: JSON by key, text ignoring line-end whitespace"),
+    ("words", "Raw text, word by word"),
+    ("lines", "Raw text, line by line"),
+]
+
+
 class CompareForm(forms.Form):
     """`?b=1&b=2...` (2-6 branches of the trajectory), or `?fork=<branch>&at=<index>`: the
     futures of one fork as a summary of outcomes plus at most 6 columns (`b` picks them;
@@ -379,14 +388,7 @@ class CompareForm(forms.Form):
     at = forms.IntegerField(required=False, min_value=0)
     # which action's futures (`studio.services.futures.action_key`); default: the most tried
     action = forms.RegexField(regex=r"^[0-9a-f]{1,40}$", required=False)
-    diff = forms.ChoiceField(
-        choices=[
-            ("meaning", "Meaning: JSON by key, text ignoring line-end whitespace"),
-            ("words", "Raw text, word by word"),
-            ("lines", "Raw text, line by line"),
-        ],
-        required=False,
-    )
+    diff = forms.ChoiceField(choices=COMPARE_DIFFS, required=False)
     start = forms.IntegerField(required=False, min_value=0)
 
     def __init__(self, *args, branches, **kwargs):
@@ -440,4 +442,47 @@ class CompareForm(forms.Form):
             )
         data["fork_parent"], data["at"] = parent, at
         data["chosen"] = [self.branches[pk] for pk in picked]
+        return data
+
+
+class CompareRowsForm(forms.Form):
+    """One window of a comparison's rows (`?b=...&diff=&from=`), asked for as the page
+    scrolls: `run` (a run of identical steps that began there goes on at `from`), or `to`
+    (the rows from..to of an opened run); `at` + `column`: one cell in full ("Show all")."""
+
+    b = forms.TypedMultipleChoiceField(coerce=int, label="Branches")
+    diff = forms.ChoiceField(choices=COMPARE_DIFFS, required=False)
+    start = forms.IntegerField(min_value=0, required=False)
+    run = forms.IntegerField(min_value=0, required=False)
+    to = forms.IntegerField(min_value=0, required=False)
+    at = forms.IntegerField(min_value=0, required=False)
+    column = forms.IntegerField(required=False)
+
+    def __init__(self, *args, branches, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.branches = {b.pk: b for b in branches}
+        field = self.fields["b"]
+        assert isinstance(field, forms.TypedMultipleChoiceField)
+        field.choices = [(b.pk, b.name) for b in branches]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        unique = list(dict.fromkeys(data.get("b") or []))
+        if not 1 <= len(unique) <= CompareForm.MAX_BRANCHES:
+            raise forms.ValidationError(
+                f"Pick 1 to {CompareForm.MAX_BRANCHES} branches (got {len(unique)})."
+            )
+        data["selected"] = [self.branches[pk] for pk in unique]
+        start, run, to = data.get("start"), data.get("run"), data.get("to")
+        if data.get("at") is None and start is None:
+            self.add_error("start", "Say where the rows start (start=).")
+        if run is not None and start is not None and run > start:
+            self.add_error("run", f"A run that goes on at step {start} cannot begin after it.")
+        if to is not None and start is not None and to < start:
+            self.add_error("to", f"The rows end before they start ({start}–{to}).")
+        column = data.get("column")
+        if data.get("at") is not None and column not in unique:
+            self.add_error("column", f"Column {column} is not one of the compared branches.")
         return data

@@ -7,9 +7,17 @@ Each format module defines `NAME`, a default `DOMAIN`, `sniff(kind, sample) -> b
 from studio.importers.base import (
     ImportError_,
     ImportFailure,
+    LimitExceeded,
     ParsedStep,
     ParsedTrajectory,
     Source,
 )
 
-__all__ = ["ImportError_", "ImportFailure", "ParsedStep", "ParsedTrajectory", "Source"]
+__all__ = [
+    "ImportError_",
+    "ImportFailure",
+    "LimitExceeded",
+    "ParsedStep",
+    "ParsedTrajectory",
+    "Source",
+]

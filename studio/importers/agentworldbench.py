@@ -236,6 +236,7 @@ def build(group: Group) -> ParsedTrajectory:
         metadata={"agentworldbench": {"ids": ids, "task": longest.task}},
         domain=domain,
         domain_problem=problem,
+        where=longest.where,
     )
 
 

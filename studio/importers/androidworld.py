@@ -118,7 +118,11 @@ def build(where: Where, data: dict, title_hint: str) -> ParsedTrajectory:
     }
     title = " · ".join(str(data[k]) for k in ("task_name", "model_name") if data.get(k))
     return ParsedTrajectory(
-        title=title or title_hint, task_instruction=goal, steps=steps, metadata=metadata
+        title=title or title_hint,
+        task_instruction=goal,
+        steps=steps,
+        metadata=metadata,
+        where=where,
     )
 
 

@@ -12,7 +12,9 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from typing import IO, Any, Literal, TypeVar, overload
+
+from studio.importers.limits import Limits, line_and_column, size_text, too_deep_at
 
 Progress = Callable[[float], None]
 # The studio's domains (studio.models.Domain); kept here so importers stay free of Django.
@@ -25,6 +27,12 @@ class ImportError_(Exception):  # noqa: N801 (the agreed name; avoids shadowing 
 
 class ImportFailure(ImportError_):
     """A file that cannot be imported: the message names file, line/record and field."""
+
+
+class LimitExceeded(ImportFailure):
+    """A file past one of the import limits (studio.importers.limits; the message names the
+    limit and the environment variable that sets it), or a kept JSON field the database
+    cannot store (NaN); whatever the format, so never blamed on a format chosen."""
 
 
 @dataclass
@@ -61,6 +69,8 @@ class ParsedTrajectory:
     metadata: dict[str, Any] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     domain: str | None = None  # None: the importer's default or the path decides
+    # Where in the file it came from (line, record, JSON path), for errors found later.
+    where: Where | None = None
     # Why the content's own domain is unusable (names file, line, field); an error unless
     # the user forces a domain.
     domain_problem: str = ""
@@ -91,7 +101,11 @@ class Where:
         return ImportFailure(f'{self._prefix()}: field "{field_name}" {problem}')
 
     def error(self, problem: str) -> ImportFailure:
-        return ImportFailure(f"{self._prefix()}: {problem}")
+        return ImportFailure(self.problem(problem))
+
+    def problem(self, problem: str) -> str:
+        """The message of an error here: `file line 3 at path: problem`."""
+        return f"{self._prefix()}: {problem}"
 
 
 _TYPE_NAMES = {str: "a string", list: "a list", dict: "an object", int: "an integer"}
@@ -197,18 +211,68 @@ def shorten(text: str, limit: int = 120) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def decode_json(raw: bytes, where: Where, limits: Limits, *, numbered: bool = False) -> Any:
+    """One JSON text (a JSONL line or a whole document) decoded as `json.loads` would (UTF-8,
+    or UTF-16/32 told by its first bytes), its nesting checked before it is parsed.
+
+    `numbered`: the text has lines of its own (a whole document), so errors name the line
+    inside it; a JSONL line's `where` already names its line."""
+
+    def at(line: int) -> Where:
+        return Where(where.file, f"line {line}") if numbered else where
+
+    try:
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise at(raw.count(b"\n", 0, exc.start) + 1).error("is not UTF-8 text") from None
+    deep = too_deep_at(text, limits.max_depth)
+    if deep is not None:
+        line, column = line_and_column(text, deep)
+        raise LimitExceeded(
+            at(line).problem(
+                f"JSON nested deeper than {limits.max_depth} levels at column {column} "
+                f"({limits.depth_note()})"
+            )
+        )
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        # A JSONL line's own column, even where the error is past its end (an open object)
+        column = exc.colno if numbered else exc.pos + 1
+        raise at(exc.lineno).error(f"invalid JSON ({exc.msg}, column {column})") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4,300)
+        raise where.error(f"invalid JSON (a number: {str(exc).split(':')[0]})") from None
+    except RecursionError:  # only if the depth limit was set above what the stack holds
+        raise LimitExceeded(
+            where.problem(f"JSON nested too deeply to parse ({limits.depth_note()})")
+        ) from None
+
+
+def read_line(fh: IO[bytes], where: Where, limits: Limits) -> bytes:
+    """The next line of `fh` (b"" at the end), refused once it passes the line limit: never
+    more than the limit is read into memory."""
+    raw = fh.readline(limits.max_line_bytes + 1)
+    if len(raw) > limits.max_line_bytes and not raw.endswith(b"\n"):
+        raise LimitExceeded(
+            where.problem(f"longer than {size_text(limits.max_line_bytes)} ({limits.line_note()})")
+        )
+    return raw
+
+
 @dataclass
 class Source:
     """A file to import: its path, the name used in messages, and its decoded JSON.
 
     `data` is the whole document for JSON files; for JSONL files it is None and `lines()`
-    streams (line number, record) pairs without holding the file in memory."""
+    streams (line number, record) pairs without holding the file in memory. `limits` bound
+    what is read (studio.importers.limits)."""
 
     path: Path
     name: str
     kind: str  # "json" | "jsonl"
     data: Any = None
     progress: Progress | None = None
+    limits: Limits = field(default_factory=Limits)
 
     def report(self, fraction: float) -> None:
         if self.progress is not None:
@@ -217,20 +281,17 @@ class Source:
     def lines(self) -> Iterator[tuple[int, Any]]:
         size = max(self.path.stat().st_size, 1)
         done = 0
+        number = 0
         with self.path.open("rb") as fh:
-            for number, raw in enumerate(fh, start=1):
+            while True:
+                number += 1
+                where = Where(self.name, f"line {number}")
+                raw = read_line(fh, where, self.limits)
+                if not raw:
+                    break
                 done += len(raw)
                 if raw.strip():
-                    where = Where(self.name, f"line {number}")
-                    try:
-                        record = json.loads(raw)
-                    except json.JSONDecodeError as exc:
-                        raise where.error(
-                            f"invalid JSON ({exc.msg}, column {exc.pos + 1})"
-                        ) from None
-                    except UnicodeDecodeError:
-                        raise where.error("is not UTF-8 text") from None
-                    yield number, record
+                    yield number, decode_json(raw, where, self.limits)
                 if number % 200 == 0:
                     self.report(done / size)
         self.report(1.0)

@@ -70,6 +70,7 @@ def build(where: Where, key: str, record: dict) -> ParsedTrajectory:
         task_instruction=question,
         steps=steps,
         metadata=metadata,
+        where=where,
     )
 
 

@@ -117,6 +117,7 @@ def build(where: Where, sample: dict, evalinfo: dict) -> ParsedTrajectory:
         steps=steps,
         metadata=metadata,
         domain=_domain(names),
+        where=where,
     )
 
 

@@ -57,6 +57,8 @@ def split_action(text: str) -> tuple[str, str]:
 
 
 def build(where: Where, record, messages: list, title: str) -> ParsedTrajectory:
+    if not messages:
+        raise where.error("holds no chat messages")
     steps: list[ParsedStep] = []
     system = task = ""
     waiting: ParsedStep | None = None
@@ -80,7 +82,11 @@ def build(where: Where, record, messages: list, title: str) -> ParsedTrajectory:
     if isinstance(record, dict) and isinstance(record.get("info"), dict):
         metadata["info"] = record["info"]
     return ParsedTrajectory(
-        title=title or shorten(task, 100), task_instruction=task, steps=steps, metadata=metadata
+        title=title or shorten(task, 100),
+        task_instruction=task,
+        steps=steps,
+        metadata=metadata,
+        where=where,
     )
 
 

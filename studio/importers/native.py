@@ -52,6 +52,7 @@ def read_trajectory(where: Where, raw) -> ParsedTrajectory:
         tags=[t.strip() for t in tags],
         steps=[read_step(where.sub(f".steps[{i}]"), s) for i, s in enumerate(steps)],
         domain=domain,
+        where=where,
     )
 
 

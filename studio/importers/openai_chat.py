@@ -158,9 +158,19 @@ def build(
         tools=optional_list(record, "tools"),
         metadata=metadata,
         steps=steps,
+        where=Where(where.file, where.loc),  # the record, not its message list
     )
 
 
 def parse(source: Source):
+    conversations_seen = with_calls = 0
     for where, record, messages, places in conversations(source):
+        conversations_seen += 1
+        with_calls += _has_tool_calls(messages)
         yield build(where, record, messages, places)
+    if conversations_seen and not with_calls:
+        # Chat without a single tool call has nothing openai-chat reads as a step: another
+        # format's messages, or the wrong format chosen.
+        raise Where(source.name).error(
+            'has no assistant "tool_calls" and no "tool" messages: no steps to read'
+        )

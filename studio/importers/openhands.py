@@ -58,6 +58,10 @@ def build(where: Where, events: list, row: dict, title: str) -> ParsedTrajectory
     for i, event in enumerate(events):
         if not isinstance(event, dict):
             raise where.sub(f"[{i}]").error("an event must be a JSON object")
+        if "action" not in event and "observation" not in event:
+            raise where.sub(f"[{i}]").error(
+                'is not an OpenHands event (it has neither "action" nor "observation")'
+            )
         if "observation" in event and event.get("cause") is not None:
             observations.setdefault(str(event["cause"]), event)
     steps: list[ParsedStep] = []
@@ -118,11 +122,14 @@ def build(where: Where, events: list, row: dict, title: str) -> ParsedTrajectory
         task_instruction=task,
         steps=steps,
         metadata=metadata,
+        where=Where(where.file, where.loc),  # the run, not its history list
     )
 
 
 def parse(source: Source):
     if source.kind == "json" and isinstance(source.data, list):
+        if not source.data:
+            raise Where(source.name).error("is an empty list: no events to read")
         stem = source.name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
         yield build(Where(source.name), source.data, {}, stem)
         return

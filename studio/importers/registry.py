@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import ModuleType
+from typing import IO
 
 from studio.importers import (
     agentworldbench,
@@ -19,7 +19,15 @@ from studio.importers import (
     toolbench,
     webvoyager,
 )
-from studio.importers.base import ImportFailure, Progress, Source, Where
+from studio.importers.base import (
+    ImportFailure,
+    LimitExceeded,
+    Progress,
+    Source,
+    Where,
+    decode_json,
+)
+from studio.importers.limits import Limits, over, size_text
 
 # Detection order: the most specific shapes first, plain chat messages last.
 IMPORTERS: list[ModuleType] = [
@@ -53,34 +61,86 @@ def get_importer(name: str) -> ModuleType:
         ) from None
 
 
-def load_source(path: Path, name: str, progress: Progress | None = None) -> Source:
+def load_source(
+    path: Path, name: str, progress: Progress | None = None, limits: Limits | None = None
+) -> Source:
     """Decide JSON or JSONL by content: a first line that is a whole JSON value followed by
-    more lines is JSONL; anything else must be one JSON document."""
+    more lines is JSONL; anything else must be one JSON document.
+
+    The limits are checked before anything is parsed: the file's size first, then the first
+    line's length and nesting (a document nested too deeply is too deep in its first line
+    already when that is where its brackets are), then the whole document's."""
+    limits = limits or Limits()
+    size = path.stat().st_size
+    if size > limits.max_file_bytes:
+        raise LimitExceeded(
+            Where(name).problem(
+                f"the file is {over(size, limits.max_file_bytes)} ({limits.file_note()})"
+            )
+        )
     with path.open("rb") as fh:
-        first = b""
-        for raw in fh:
-            if raw.strip():
-                first = raw
-                break
-        rest = any(raw.strip() for raw in fh)
+        first, number, too_long = _first_line(fh, limits)
+        rest = _more_text(fh)
     if not first:
         raise Where(name).error("the file is empty")
-    try:
-        head = json.loads(first)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        head = None
+    head = None
+    if not too_long:
+        try:
+            head = decode_json(first, Where(name, f"line {number}"), limits)
+        except LimitExceeded:
+            raise  # too deep in its first line: the file is, whether JSONL or a document
+        except ImportFailure:
+            if not rest:
+                raise
+            head = None  # a part of a document whose later lines may make it whole
     if head is not None and isinstance(head, dict | list) and rest:
-        return Source(path=path, name=name, kind="jsonl", data=None, progress=progress)
+        return Source(path=path, name=name, kind="jsonl", progress=progress, limits=limits)
     if head is not None and not rest:
-        return Source(path=path, name=name, kind="json", data=head, progress=progress)
+        return Source(
+            path=path, name=name, kind="json", data=head, progress=progress, limits=limits
+        )
     try:
-        with path.open("rb") as fh:
-            data = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise Where(name, f"line {exc.lineno}").error(f"invalid JSON ({exc.msg})") from None
-    except UnicodeDecodeError:
-        raise Where(name).error("is not UTF-8 text") from None
-    return Source(path=path, name=name, kind="json", data=data, progress=progress)
+        data = decode_json(path.read_bytes(), Where(name), limits, numbered=True)
+    except ImportFailure:
+        if too_long and rest:
+            # One JSON value on the first line with more after it: JSONL whose line 1 is
+            # too long, rather than a document.
+            raise _line_too_long(name, number, limits) from None
+        raise
+    return Source(path=path, name=name, kind="json", data=data, progress=progress, limits=limits)
+
+
+def _first_line(fh: IO[bytes], limits: Limits) -> tuple[bytes, int, bool]:
+    """The first non-blank line (at most the line limit of it), its number, and whether it
+    went on past the limit (then the rest of it is skipped)."""
+    number = 0
+    while True:
+        number += 1
+        raw = fh.readline(limits.max_line_bytes + 1)
+        if not raw:
+            return b"", number, False
+        if len(raw) > limits.max_line_bytes and not raw.endswith(b"\n"):
+            while (more := fh.readline(1024 * 1024)) and not more.endswith(b"\n"):
+                pass
+            return raw, number, True
+        if raw.strip():
+            return raw, number, False
+
+
+def _more_text(fh: IO[bytes]) -> bool:
+    """Whether anything but white space follows, read in chunks (never a whole line)."""
+    while chunk := fh.read(1024 * 1024):
+        if chunk.strip():
+            return True
+    return False
+
+
+def _line_too_long(name: str, number: int, limits: Limits) -> LimitExceeded:
+    return LimitExceeded(
+        Where(name, f"line {number}").problem(
+            f"longer than {size_text(limits.max_line_bytes)} ({limits.line_note()})"
+        )
+    )
 
 
 def first_record(source: Source):

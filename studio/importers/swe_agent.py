@@ -124,6 +124,8 @@ def problem_statement(prompt: str) -> str:
 
 def build(source: Source, data: dict) -> ParsedTrajectory:
     where = Where(source.name)
+    if not isinstance(data.get("trajectory"), list) and not isinstance(data.get("history"), list):
+        raise where.error('has neither a "trajectory" nor a "history" list: no steps to read')
     history = get(data, "history", list, where, required=False) or []
     for i, msg in enumerate(history):
         if not isinstance(msg, dict):
@@ -163,6 +165,7 @@ def build(source: Source, data: dict) -> ParsedTrajectory:
         steps=steps,
         metadata=metadata,
         domain="terminal" if is_ctf else "swe",
+        where=where,
     )
 
 

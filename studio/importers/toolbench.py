@@ -189,6 +189,7 @@ def build(source: Source, where: Where, data: dict) -> ParsedTrajectory:
         metadata=metadata,
         steps=steps,
         branches=explored_branches(tree_root, steps) if tree_root is not None else [],
+        where=where,
     )
 
 

@@ -41,6 +41,8 @@ def sniff(kind: str, sample) -> bool:
 
 
 def build(where: Where, messages: list, title_hint: str) -> ParsedTrajectory:
+    if not messages:
+        raise where.error("holds no chat messages")
     steps: list[ParsedStep] = []
     system = task = ""
     waiting: ParsedStep | None = None
@@ -68,6 +70,7 @@ def build(where: Where, messages: list, title_hint: str) -> ParsedTrajectory:
         task_instruction=task,
         steps=steps,
         metadata=metadata,
+        where=where,
     )
 
 

@@ -1,5 +1,8 @@
 """An import job in the worker: claim the row, run the importer (interface 1,
-`studio.services.imports.do_import_file`, all or nothing) with live progress, finish the row."""
+`studio.services.imports.do_import_file`, all or nothing) with live progress, finish the row.
+Cancel rolls the import back at its next progress report; after a successful import the
+uploaded file is removed (a failed or cancelled one keeps it for Retry, see
+`studio.jobs.file_retention`)."""
 
 from __future__ import annotations
 
@@ -7,26 +10,42 @@ import logging
 from pathlib import Path
 
 from django.conf import settings
+from django.db import connection
 
+from studio.jobs.file_retention import remove_upload
 from studio.jobs.runtime import JobMonitor, claim, finish
 from studio.models import ImportJob, JobStatus
 
 log = logging.getLogger(__name__)
 
 
+class ImportCancelled(BaseException):
+    """Raised from the progress report when the user cancelled. A BaseException, so that no
+    importer's `except Exception` turns it into a failure; the import's transaction rolls
+    back on it like on any exception."""
+
+
 def run_import_job(job_id: int, message_id: str = "") -> None:
-    job = claim(ImportJob, job_id, message_id)
+    job = claim(ImportJob, job_id, message_id, phase="importing")
     if job is None:
         return
+    from studio.services.import_jobs import cancel_flagged, clear_cancel_flag
     from studio.services.imports import do_import_file
 
-    result, error = None, ""
+    result, error, cancelled = None, "", False
     with JobMonitor(ImportJob, job.pk) as monitor:
 
         def progress(fraction: float) -> None:
+            # Stop while nothing is committed: parsing (nothing written yet) or inside the
+            # write transaction. The last report (1.0) comes after the commit: too late.
+            if (fraction < 1.0 or connection.in_atomic_block) and (
+                monitor.cancel_requested or cancel_flagged(job.pk)
+            ):
+                raise ImportCancelled
             monitor.set_job(progress=max(0.0, min(0.99, float(fraction))))
 
         try:
+            progress(0.0)  # cancelled between its claim and now
             if not Path(job.stored_path).is_file():
                 raise FileNotFoundError(
                     f"the uploaded file {job.original_name} is gone from storage"
@@ -40,23 +59,31 @@ def run_import_job(job_id: int, message_id: str = "") -> None:
                 display_name=job.original_name,
                 progress=progress,
             )
+        except ImportCancelled:
+            cancelled = True
         except Exception as exc:  # noqa: BLE001 - the row must say what went wrong
             error = readable_import_error(exc, job)
             if error.startswith("Import failed ("):
                 log.exception("import job %s failed", job.pk)
-    if result is None:
-        finish(ImportJob, job.pk, JobStatus.FAILED, error=error)
+    clear_cancel_flag(job.pk)
+    if cancelled:
+        finish(ImportJob, job.pk, JobStatus.CANCELLED, phase="cancelled", progress=0.0)
         return
-    finish(
+    if result is None:
+        finish(ImportJob, job.pk, JobStatus.FAILED, error=error, phase="failed")
+        return
+    if finish(
         ImportJob,
         job.pk,
         JobStatus.SUCCEEDED,
+        phase="done",
         progress=1.0,
         detected_format=result.detected_format or "",
         trajectories_created=result.trajectories_created,
         steps_created=result.steps_created,
         trajectories_skipped=result.trajectories_skipped,
-    )
+    ):
+        remove_upload(job.pk)  # its trajectories are in the project: the file has done its work
 
 
 def readable_import_error(exc: BaseException, job: ImportJob) -> str:
@@ -73,6 +100,13 @@ def readable_import_error(exc: BaseException, job: ImportJob) -> str:
         )
     if isinstance(exc, FileNotFoundError):
         return str(exc)
+    if isinstance(exc, RecursionError):
+        # The importer's depth limit keeps this from happening (it names the line); should a
+        # walk still overflow, the user learns which file and which setting, not a type name.
+        return (
+            f"{job.original_name}: nested too deeply to import (limit STUDIO_IMPORT_MAX_DEPTH="
+            f"{settings.STUDIO_IMPORT_MAX_DEPTH}); nothing from this file was imported."
+        )
     return (
         f"Import failed ({type(exc).__name__}): {exc} - nothing from {job.original_name} "
         "was imported."

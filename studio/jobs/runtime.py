@@ -53,7 +53,7 @@ JobModel = (
 
 def cancellable(model: JobModel) -> bool:
     """Jobs a user can stop while they run (they have cancel_requested and a phase)."""
-    return model in (SimulationJob, EvaluationRun, JudgeJob, ExportJob)
+    return model in (SimulationJob, EvaluationRun, JudgeJob, ExportJob, ImportJob)
 
 
 log = logging.getLogger(__name__)
@@ -192,6 +192,8 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
         if row.cancel_requested:
             status, branch_status = JobStatus.CANCELLED, BranchStatus.CANCELLED
             message = CANCELLED_LOST_MESSAGE.format(age=age)
+            if model is ImportJob:  # all or nothing: its transaction died with the worker
+                message = message.replace("the finished futures are kept", "nothing was imported")
             extra["phase"] = "cancelled"
     with transaction.atomic():
         done = model.objects.filter(

@@ -7,7 +7,9 @@ sent again.
   as long as one worker is alive (one that starts sweeps at once).
 - QUEUED for longer than STUDIO_JOB_STALE_S since its message was sent, and the broker no
   longer holds that message: sent again with a new message id. A duplicate is harmless: the
-  claim runs a job once and ignores any other message for it."""
+  claim runs a job once and ignores any other message for it.
+- Every FILE_SWEEP_EVERY_S: uploads whose import succeeded or stopped longer than
+  STUDIO_UPLOAD_RETENTION_DAYS ago, and leftover files (`studio.jobs.file_retention`)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from django.db import connection
 from django.utils import timezone
 
 from studio.jobs.broker import message_ids_held
+from studio.jobs.file_retention import sweep_files_if_due
 from studio.jobs.runtime import JobModel, fail_lost, lost_after_s, pulse_is_fresh, stale_after_s
 from studio.models import (
     EvaluationRun,
@@ -86,6 +89,7 @@ def sweep() -> None:
     try:
         reap_stale_jobs()
         resend_lost_messages()
+        sweep_files_if_due()
     except Exception:
         log.exception("job sweep failed; the next one tries again")
     finally:

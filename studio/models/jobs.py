@@ -62,6 +62,13 @@ class ImportJob(JobBase):
     trajectories_created = models.PositiveIntegerField(default=0)
     steps_created = models.PositiveIntegerField(default=0)
     trajectories_skipped = models.PositiveIntegerField(default=0)
+    # Cancel: a queued import ends at once, a running one rolls back at its next batch.
+    cancel_requested = models.BooleanField(default=False)
+    phase = models.CharField(max_length=20, default="queued")
+    # When the retention sweep removed the uploaded file (`studio.jobs.file_retention`):
+    # after the import succeeded, or STUDIO_UPLOAD_RETENTION_DAYS after it stopped. Retry
+    # needs the file, so it is offered only while this is empty.
+    upload_removed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -81,3 +81,83 @@ def any_diff_html(diff, limit: int | None = None) -> SafeString:
     if isinstance(diff, MeaningDiff):
         return meaning_html(diff, limit)
     return format_html('<pre class="diff">{}</pre>', diff_html(diff))
+
+
+# ---- excerpts of long texts and diffs (compare cells) ----------------------------------------
+
+# Unchanged text kept on each side of a change in an excerpt.
+CONTEXT_CHARS = 160
+
+
+def _elided(text: str) -> SafeString:
+    return format_html('<span class="elided">{}</span>', text)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
+def pieces_excerpt_html(pieces: Sequence[tuple[str, str]], budget: int) -> SafeString:
+    """Diff pieces as HTML in about `budget` characters: whole when they fit; otherwise long
+    unchanged runs keep CONTEXT_CHARS on each side of the changes around them, long removed
+    or added texts are cut, and every cut says how much it left out."""
+    if sum(len(text) for _, text in pieces) <= budget:
+        return diff_html(pieces)
+    out: list[str] = []
+    used = 0
+    last = len(pieces) - 1
+    for k, (op, text) in enumerate(pieces):
+        if used >= budget:
+            left = sum(1 for o, _ in pieces[k:] if o != "equal")
+            if left:
+                out.append(_elided(f" … {_count(left, 'more change')} not shown"))
+            break
+        if op == "equal":
+            keep_head = 0 if k == 0 else CONTEXT_CHARS
+            keep_tail = 0 if k == last else CONTEXT_CHARS
+            if len(text) > keep_head + keep_tail + 40:
+                gap = len(text) - keep_head - keep_tail
+                out.append(escape(text[:keep_head]))
+                out.append(_elided(f" … {_count(gap, 'unchanged character')} … "))
+                out.append(escape(text[len(text) - keep_tail :]))
+                used += keep_head + keep_tail
+            else:
+                out.append(escape(text))
+                used += len(text)
+            continue
+        room = max(budget - used, CONTEXT_CHARS)
+        shown = text[:room]
+        tag = "del" if op == "delete" else "ins"
+        out.append(format_html("<{}>{}</{}>", tag, shown, tag))
+        if len(text) > len(shown):
+            word = "removed" if op == "delete" else "added"
+            out.append(_elided(f" … {_count(len(text) - len(shown), 'more character')} {word}"))
+        used += len(shown)
+    # Every piece above is escaped (escape/format_html): joining them is safe.
+    return mark_safe("".join(out))
+
+
+def diff_excerpt_html(diff, budget: int, changes: int) -> SafeString:
+    """A compare cell's diff in about `budget` characters (at most `changes` JSON changes);
+    `any_diff_html` shows it whole."""
+    from studio.services.diffs import MeaningDiff
+
+    if diff is None:
+        return mark_safe("")
+    if isinstance(diff, MeaningDiff):
+        if diff.kind == "json" or diff.same:
+            return meaning_html(diff, changes)
+        return format_html('<pre class="diff">{}</pre>', pieces_excerpt_html(diff.pieces, budget))
+    return format_html('<pre class="diff">{}</pre>', pieces_excerpt_html(diff, budget))
+
+
+def text_excerpt_html(text: str, budget: int | None) -> SafeString:
+    """A text in a <pre>: whole, or its first `budget` characters and how many more there
+    are."""
+    if budget is None or len(text) <= budget:
+        return format_html("<pre>{}</pre>", text)
+    return format_html(
+        "<pre>{}{}</pre>",
+        text[:budget],
+        _elided(f" … {_count(len(text) - budget, 'more character')}"),
+    )

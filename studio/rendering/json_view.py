@@ -17,6 +17,9 @@ OPEN_DEPTH = 2
 # Past this many rendered nodes the rest is shown as raw text (keeps huge payloads cheap).
 NODE_BUDGET = 4000
 MAX_EMBEDDED = 200_000
+# Past this depth the rest of a value is shown as raw text: the tree is drawn recursively,
+# and JSON nested hundreds deep (valid, and accepted by json.loads) would overflow the stack.
+MAX_TREE_DEPTH = 48
 
 
 def try_parse_json(text: str) -> tuple[bool, Any]:
@@ -54,14 +57,20 @@ def _scalar(value: Any, budget: _Budget, depth: int) -> SafeString:
     return format_html('<span class="j-str">"{}"</span>', text)
 
 
+def _raw(value: Any, *, indent: bool) -> str:
+    try:
+        return json.dumps(value, indent=2 if indent else None, ensure_ascii=False)
+    except (RecursionError, ValueError):
+        return "(nested too deep to show)"
+
+
 def _node(value: Any, budget: _Budget, depth: int) -> SafeString:
     budget.left -= 1
     if not isinstance(value, dict | list):
         return _scalar(value, budget, depth)
-    if budget.left <= 0:
-        return format_html(
-            '<pre class="j-raw">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False)
-        )
+    if budget.left <= 0 or depth >= MAX_TREE_DEPTH:
+        # compact when deep: indentation would grow with the square of the depth
+        return format_html('<pre class="j-raw">{}</pre>', _raw(value, indent=depth < 8))
     is_obj = isinstance(value, dict)
     opener, closer = ("{", "}") if is_obj else ("[", "]")
     if not value:

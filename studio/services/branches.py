@@ -1,5 +1,6 @@
 """Branch housekeeping (rename, star, delete with descendants), the branch tree as plain
-nodes and the step-aligned comparison of branches with word/line diffs as plain pieces.
+nodes, and which steps branches share (their lineages); the comparison of branches is
+`studio.services.compare`.
 
 Nothing here builds presentation: the Plotly figure and the diff HTML are made from this data
 by `studio.presenters`."""
@@ -11,18 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models import Count, Max
+from django.db.models import Count
 
-from studio.models import Branch, Step, Trajectory
+from studio.models import Branch, Trajectory
 from studio.models.trajectories import BranchStatus
-from studio.services.diffs import (
-    DiffPieces,
-    MeaningDiff,
-    line_pieces,
-    meaning_diff,
-    meaning_similarity,
-    word_pieces,
-)
 
 ACTIVE_STATUSES = (BranchStatus.QUEUED, BranchStatus.RUNNING)
 
@@ -247,43 +240,11 @@ def group_forks(
     return [n for n in nodes if n.pk not in grouped] + groups
 
 
-# ---- comparison -------------------------------------------------------------------------
+# ---- shared steps -------------------------------------------------------------------------
 
 
-@dataclass
-class CompareCell:
-    branch: Branch
-    step: Step | None
-    # The diff against the reference step: a MeaningDiff (the default: JSON structure,
-    # normalised text) or raw pieces (None: nothing to diff; no action diff when the actions
-    # mean the same). `studio.presenters.diff` renders them.
-    action_diff: MeaningDiff | DiffPieces | None = None
-    observation_diff: MeaningDiff | DiffPieces | None = None
-    reference: str = ""  # "recorded", a branch name, or "" (this cell is the reference)
-    same: bool = False  # action and observation mean what the reference's do
-    ratio: float | None = None  # similarity of the observations, formatting ignored
-
-
-@dataclass
-class CompareRow:
-    index: int
-    cells: list[CompareCell]
-    has_recorded: bool = False
-
-
-@dataclass
-class Comparison:
-    branches: list[Branch]
-    rows: list[CompareRow] = field(default_factory=list)
-    shared_until: int = 0  # steps 0..shared_until-1 are the same Step rows in every branch
-    recorded: Branch | None = None
-    start: int = 0  # the rows shown: start..start+len(rows)-1
-    prev_start: int | None = None
-    next_start: int | None = None
-    last: int = -1  # the highest step index in any selected branch
-
-
-def _owner(lineage: list[list[int]], index: int) -> int:
+def owner_at(lineage: list[list[int]], index: int) -> int:
+    """The branch whose Step row a branch of this lineage shows at `index`."""
     owner = lineage[0][0]
     for branch_id, start in lineage:
         if start <= index:
@@ -299,86 +260,6 @@ def shared_prefix_length(lineages: Iterable[list[list[int]]]) -> int:
         return 0
     breakpoints = sorted({start for lin in lineages for _, start in lin})
     for point in breakpoints:
-        if len({_owner(lin, point) for lin in lineages}) > 1:
+        if len({owner_at(lin, point) for lin in lineages}) > 1:
             return point
     return 2**31 - 1  # identical lineages: everything is shared (fits an int column)
-
-
-# Rows of one compare page: diffs of long observations cost CPU; a 2,000-step replay pages.
-COMPARE_ROWS = 50
-
-
-def build_comparison(
-    trajectory: Trajectory,
-    branches: list[Branch],
-    *,
-    diff: str = "meaning",
-    start: int | None = None,
-    limit: int = COMPARE_ROWS,
-) -> Comparison:
-    """Branches step-aligned by index, `limit` rows from `start` (default: the first step
-    that is not shared by all). Each observation is diffed against the recorded one where the
-    recorded branch has that step, else against the first selected branch that has it.
-    `diff`: "meaning" (JSON structure, normalised text), or raw "words" or "lines"."""
-    differ = {"lines": line_pieces, "words": word_pieces}.get(diff, meaning_diff)
-    recorded = Branch.objects.get(trajectory=trajectory, parent__isnull=True)
-    lineages = [b.lineage or b.compute_lineage() for b in branches]
-    shared = shared_prefix_length(lineages)
-    ends = [b.all_steps().aggregate(last=Max("index"))["last"] for b in branches]
-    last = max((e for e in ends if e is not None), default=-1)
-    if shared > last:
-        shared = 0  # identical branches: show them rather than nothing
-    lo = shared if start is None else min(max(shared, start), max(last, shared))
-    hi = min(last, lo + limit - 1)
-    steps: dict[int, dict[int, Step]] = {
-        b.pk: {s.index: s for s in b.all_steps().filter(index__gte=lo, index__lte=hi)}
-        for b in branches
-    }
-    recorded_steps = {
-        s.index: s for s in Step.objects.filter(branch=recorded, index__gte=lo, index__lte=hi)
-    }
-    comparison = Comparison(
-        branches=branches,
-        shared_until=shared,
-        recorded=recorded,
-        start=lo,
-        prev_start=max(shared, lo - limit) if lo > shared else None,
-        next_start=hi + 1 if hi < last else None,
-        last=last,
-    )
-    for index in range(lo, hi + 1):
-        ref_step = recorded_steps.get(index)
-        ref_label = "recorded"
-        if ref_step is None:
-            # The first selected branch that has this step (a shorter first column must not
-            # leave the longer ones undiffed past its end).
-            ref_branch = next((b for b in branches if index in steps[b.pk]), None)
-            if ref_branch is not None:
-                ref_step = steps[ref_branch.pk][index]
-                ref_label = ref_branch.name
-        cells = []
-        for b in branches:
-            step = steps[b.pk].get(index)
-            cell = CompareCell(branch=b, step=step)
-            if step is not None and ref_step is not None and ref_step.pk != step.pk:
-                cell.reference = ref_label
-                observation = meaning_diff(ref_step.observation, step.observation)
-                action = meaning_diff(ref_step.action, step.action)
-                cell.same = observation.same and action.same
-                cell.ratio = meaning_similarity(ref_step.observation, step.observation)
-                cell.observation_diff = (
-                    observation
-                    if differ is meaning_diff
-                    else differ(ref_step.observation, step.observation)
-                )
-                if not action.same or (
-                    differ is not meaning_diff and step.action != ref_step.action
-                ):
-                    cell.action_diff = (
-                        action if differ is meaning_diff else differ(ref_step.action, step.action)
-                    )
-            cells.append(cell)
-        comparison.rows.append(
-            CompareRow(index=index, cells=cells, has_recorded=index in recorded_steps)
-        )
-    return comparison

@@ -19,7 +19,7 @@ import tempfile
 import uuid
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,6 +36,7 @@ from studio.models import (
     Dataset,
     DatasetItem,
     DatasetVersion,
+    ExportJob,
     Project,
     QueueClaim,
     Step,
@@ -43,6 +44,8 @@ from studio.models import (
     Trajectory,
     Verdict,
 )
+from studio.queues import queue_name
+from studio.services import job_limits
 from studio.services.queues import QueueData, steps_for
 
 MAX_ITEMS = 200_000
@@ -710,3 +713,17 @@ def file_stem(name: str) -> str:
     import re
 
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "dataset"
+
+
+def start_export(version: DatasetVersion, user, fmt: str, options: ExportOptions) -> ExportJob:
+    """The row of an export a worker writes to a file (the caller enqueues it);
+    TooManyJobs when the project has as many jobs at once as it may."""
+    with transaction.atomic():
+        job_limits.check_room(version.dataset.project_id)
+        return ExportJob.objects.create(
+            version=version,
+            requester=user,
+            format=fmt,
+            options=asdict(options),
+            queue=queue_name("default"),
+        )

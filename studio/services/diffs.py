@@ -7,6 +7,11 @@
   the definition the request's "edited" uses too), so only words that changed show.
 - `meaning_similarity`: 0..1, the same way (formatting never lowers it).
 
+Token lists are aligned by their longest common subsequence (rapidfuzz's bit-parallel LCS,
+O(n·m/64) whatever the text: difflib's matcher took minutes on log lines repeated a thousand
+times); above MAX_ALIGN_WORK the middle that differs is one replacement and its similarity is
+not measured (None).
+
 Nothing here builds HTML: `studio.presenters.diff` renders these."""
 
 from __future__ import annotations
@@ -15,12 +20,24 @@ import difflib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
-from inference.simulation.meaning import canonical_json, json_value, normalise_text
+from rapidfuzz.distance import Indel, LCSseq
+
+from inference.simulation import meaning
+from inference.simulation.meaning import canonical_json
+
+# A compare row diffs up to six texts against one reference, twice (diff and similarity):
+# the reference's normalised text and parsed JSON are made once. Texts are immutable and
+# hash once; the parsed values are only read here, never changed.
+json_value = lru_cache(maxsize=16)(meaning.json_value)
+normalise_text = lru_cache(maxsize=16)(meaning.normalise_text)
 
 _WORD = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
-# Word diffs of huge observations are quadratic in the worst case: above this, diff lines.
+# Above this many characters texts are diffed by line (word by word between the lines they
+# share at either end, when that is under it): aligning the ~30,000 words of 100 KB would
+# take ~0.5 s.
 WORD_DIFF_LIMIT = 20_000
 
 
@@ -30,11 +47,11 @@ DiffOp = Literal["equal", "delete", "insert"]
 DiffPieces = list[tuple[DiffOp, str]]
 
 
-# Line diffs with more than this many lines between the common head and tail use difflib's
-# junk heuristic: without it, repetitive text (the same log line thousands of times) costs
-# quadratic time. Word diffs stay exact: above WORD_DIFF_LIMIT characters they become line
-# diffs instead.
-EXACT_DIFF_LINES = 4000
+# Aligning token lists of n and m tokens costs about n·m/64 word operations (~30 ms at this
+# bound): above it, what lies between the common head and tail is not aligned.
+MAX_ALIGN_WORK = 100_000_000
+
+Opcode = tuple[str, int, int, int, int]
 
 
 def _common_ends(a: list[str], b: list[str]) -> tuple[int, int]:
@@ -49,16 +66,55 @@ def _common_ends(a: list[str], b: list[str]) -> tuple[int, int]:
     return head, tail
 
 
+def alignable(a: list, b: list) -> bool:
+    """Whether aligning these token lists stays within MAX_ALIGN_WORK."""
+    return len(a) * len(b) <= MAX_ALIGN_WORK
+
+
+def align(a: list, b: list) -> list[Opcode]:
+    """difflib-style opcodes ("equal", "replace", "delete", "insert") of `b` against `a`
+    from their longest common subsequence; the edits between two equal runs are one opcode
+    (a replacement when both sides have tokens). Lists too long to align
+    (`alignable`) are one replacement."""
+    if not a and not b:
+        return []
+    if not alignable(a, b) or not a or not b:
+        tag = "replace" if a and b else ("delete" if a else "insert")
+        return [(tag, 0, len(a), 0, len(b))]
+    out: list[Opcode] = []
+    pending: list[int] | None = None  # [i1, i2, j1, j2] of the edits since the last equal run
+    for op in Indel.opcodes(a, b):
+        tag, i1, i2, j1, j2 = op.tag, op.src_start, op.src_end, op.dest_start, op.dest_end
+        if tag == "equal":
+            if pending is not None:
+                out.append(_edit(*pending))
+                pending = None
+            out.append(("equal", i1, i2, j1, j2))
+        elif pending is None:
+            pending = [i1, i2, j1, j2]
+        else:
+            pending[1], pending[3] = i2, j2
+    if pending is not None:
+        out.append(_edit(*pending))
+    return out
+
+
+def _edit(i1: int, i2: int, j1: int, j2: int) -> Opcode:
+    if i1 < i2 and j1 < j2:
+        return ("replace", i1, i2, j1, j2)
+    return ("delete" if i1 < i2 else "insert", i1, i2, j1, j2)
+
+
 def diff_pieces(a: list[str], b: list[str], *, lines: bool = False) -> DiffPieces:
     """Token list `b` against `a` as (op, text) pieces. The common head and tail are equal
-    pieces at once; difflib compares what lies between."""
+    pieces at once; what lies between is aligned (`align`). `lines` is kept for callers: line
+    and word tokens are aligned alike."""
     head, tail = _common_ends(a, b)
     out: DiffPieces = []
     if head:
         out.append(("equal", "".join(b[:head])))
     a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
-    matcher = _matcher(a_mid, b_mid, lines=lines)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    for op, i1, i2, j1, j2 in align(a_mid, b_mid):
         if op == "equal":
             out.append(("equal", "".join(b_mid[j1:j2])))
             continue
@@ -68,9 +124,13 @@ def diff_pieces(a: list[str], b: list[str], *, lines: bool = False) -> DiffPiece
             out.append(("insert", "".join(b_mid[j1:j2])))
     if tail:
         out.append(("equal", "".join(b[len(b) - tail :])))
-    # adjacent equal pieces (the head and a first equal run) read as one
+    return _merged(out)
+
+
+def _merged(pieces: DiffPieces) -> DiffPieces:
+    """Adjacent equal pieces (the head and a first equal run) as one; empty ones dropped."""
     merged: DiffPieces = []
-    for op, text in out:
+    for op, text in pieces:
         if merged and merged[-1][0] == op == "equal":
             merged[-1] = ("equal", merged[-1][1] + text)
         elif text:
@@ -78,16 +138,21 @@ def diff_pieces(a: list[str], b: list[str], *, lines: bool = False) -> DiffPiece
     return merged
 
 
-def _matcher(a: list[str], b: list[str], *, lines: bool) -> difflib.SequenceMatcher:
-    junk = lines and len(a) + len(b) > EXACT_DIFF_LINES
-    return difflib.SequenceMatcher(None, a, b, autojunk=junk)
-
-
 def word_pieces(reference: str, text: str) -> DiffPieces:
-    """`text` against `reference`, word by word (lines above WORD_DIFF_LIMIT characters)."""
-    if len(reference) + len(text) > WORD_DIFF_LIMIT:
+    """`text` against `reference`, word by word. Above WORD_DIFF_LIMIT characters the lines
+    both share at either end are equal pieces and the lines between are diffed word by word
+    when they are under the limit, else line by line."""
+    if len(reference) + len(text) <= WORD_DIFF_LIMIT:
+        return diff_pieces(_WORD.findall(reference), _WORD.findall(text))
+    a, b = reference.splitlines(keepends=True), text.splitlines(keepends=True)
+    head, tail = _common_ends(a, b)
+    a_mid, b_mid = "".join(a[head : len(a) - tail]), "".join(b[head : len(b) - tail])
+    if len(a_mid) + len(b_mid) > WORD_DIFF_LIMIT:
         return line_pieces(reference, text)
-    return diff_pieces(_WORD.findall(reference), _WORD.findall(text))
+    pieces: DiffPieces = [("equal", "".join(b[:head]))]
+    pieces += diff_pieces(_WORD.findall(a_mid), _WORD.findall(b_mid))
+    pieces.append(("equal", "".join(b[len(b) - tail :])))
+    return _merged(pieces)
 
 
 def line_pieces(reference: str, text: str) -> DiffPieces:
@@ -97,15 +162,20 @@ def line_pieces(reference: str, text: str) -> DiffPieces:
     )
 
 
-def similarity(reference: str, text: str) -> float:
+def similarity(reference: str, text: str) -> float | None:
+    """2·matched / total over word tokens (line tokens for long texts), matched being the
+    longest common subsequence; None when the texts differ over too much to align
+    (`alignable`)."""
     if reference == text:
         return 1.0
     lines = len(reference) + len(text) > WORD_DIFF_LIMIT
-    return token_similarity(
-        tokens_of(reference, lines=lines),
-        tokens_of(text, lines=lines),
-        autojunk_above=EXACT_DIFF_LINES if lines else None,
-    )
+    a, b = tokens_of(reference, lines=lines), tokens_of(text, lines=lines)
+    head, tail = _common_ends(a, b)
+    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
+    if not alignable(a_mid, b_mid):
+        return None
+    matched = head + tail + LCSseq.similarity(a_mid, b_mid)
+    return 2.0 * matched / (len(a) + len(b))
 
 
 def tokens_of(text: str, *, lines: bool) -> list[str]:
@@ -185,9 +255,7 @@ def json_changes(a: Any, b: Any, path: str = "$") -> list[JsonChange]:
     if isinstance(a, list) and isinstance(b, list):
         out = []
         ka, kb = [_canonical(x) for x in a], [_canonical(x) for x in b]
-        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(
-            None, ka, kb, autojunk=False
-        ).get_opcodes():
+        for op, i1, i2, j1, j2 in align(ka, kb):
             if op == "equal":
                 continue
             pairs = min(i2 - i1, j2 - j1) if op == "replace" else 0
@@ -239,8 +307,9 @@ def meaning_diff(reference: str, text: str) -> MeaningDiff:
     return MeaningDiff(kind="text", same=False, pieces=pieces)
 
 
-def meaning_similarity(reference: str, text: str) -> float:
-    """0..1, formatting ignored: canonical JSON for two JSON values, else normalised text."""
+def meaning_similarity(reference: str, text: str) -> float | None:
+    """0..1, formatting ignored: canonical JSON for two JSON values, else normalised text;
+    None when they differ over too much to measure (`similarity`)."""
     a_json, a_value = json_value(reference)
     b_json, b_value = json_value(text)
     if a_json and b_json:

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -28,7 +29,7 @@ from studio.models import (
     WorldVersion,
 )
 from studio.queues import queue_name
-from studio.services import tokens
+from studio.services import job_limits, tokens
 from studio.services.endpoints import sampling_defaults, world_input
 from studio.services.simulation import job_fields, world_label, world_of_trajectory
 from studio.services.worlds import start_trajectory
@@ -39,6 +40,13 @@ MAX_STEPS_LIMIT = 1000
 
 class EpisodeError(ValueError):
     """What the agent did wrong, said to it (HTTP 400 / a WebSocket error)."""
+
+
+class EpisodeBusy(EpisodeError):
+    """The project's episodes have as many steps waiting as they may: try again shortly
+    (HTTP 429)."""
+
+    status = 429
 
 
 class TokenRevoked(Exception):
@@ -123,7 +131,7 @@ def start_step(
     token: ApiToken, episode_id: Any, action: Any, *, check_token: bool = False
 ) -> SimulationJob:
     """Queue the world model's answer to `action` at the episode's next step: the job row.
-    An agent waits on every step, so this costs three reads and one insert, with no
+    An agent waits on every step, so this costs four reads and one insert, with no
     transaction: one step at a time is the database's rule (`one_open_step_per_episode`),
     and the world version an episode plays in never changes. The caller enqueues the job
     (`studio.tasks.enqueue_episode_step`). Raises EpisodeError for what the agent did wrong.
@@ -160,6 +168,15 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
     limit = max_steps_of(trajectory)
     if index >= limit:
         raise EpisodeError(f"the episode is done: it took its {limit} steps")
+    if index > settings.STUDIO_MAX_HISTORY_STEPS:  # the step sends `index` turns of history
+        raise EpisodeError(
+            f"step {index} would send {index} steps of history to the world model: the limit "
+            f"is {settings.STUDIO_MAX_HISTORY_STEPS} (STUDIO_MAX_HISTORY_STEPS); reset to "
+            "start a new episode"
+        )
+    busy = job_limits.episode_steps_refusal(trajectory.project_id)
+    if busy is not None:
+        raise EpisodeBusy(busy)
     branch_id = episode.get("branch") or trajectory.root_branch.pk
     endpoint = (
         ModelEndpoint.objects.filter(project_id=trajectory.project_id, role=EndpointRole.WORLD)

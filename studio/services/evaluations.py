@@ -30,7 +30,8 @@ from studio.models import (
     Trajectory,
 )
 from studio.queues import queue_name
-from studio.services.jobs import reopen, request_cancel
+from studio.services import job_limits
+from studio.services.jobs import STOPPED, reopen, request_cancel
 
 SOURCES = {
     "recorded": "Every recorded trajectory of the project",
@@ -59,6 +60,14 @@ class EvaluationData:
 
 
 def start_evaluation(project: Project, user, data: EvaluationData) -> EvaluationRun:
+    """The run's row (the caller enqueues it); TooManyJobs when the project has as many
+    jobs at once as it may."""
+    with transaction.atomic():
+        job_limits.check_room(project.pk)
+        return _create_run(project, user, data)
+
+
+def _create_run(project: Project, user, data: EvaluationData) -> EvaluationRun:
     return EvaluationRun.objects.create(
         project=project,
         requester=user,
@@ -96,8 +105,11 @@ def cancel_evaluation(run: EvaluationRun) -> None:
 def resume_evaluation(run: EvaluationRun) -> bool:
     """A run that stopped (failed, cancelled, its worker lost) goes on with the samples not
     done yet, and tries the failed ones again (a model fixed meanwhile); the finished ones
-    are kept. The caller enqueues it."""
+    are kept. The caller enqueues it. TooManyJobs (nothing changed) when the project has
+    as many jobs at once as it may."""
     with transaction.atomic():
+        if EvaluationRun.objects.filter(pk=run.pk, status__in=STOPPED).exists():
+            job_limits.check_room(run.project_id)  # one more job at once
         resumed = reopen(EvaluationRun, run.pk)
         if resumed:
             run.samples.filter(stage=SampleStage.INFER_FAILED).update(

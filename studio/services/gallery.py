@@ -126,14 +126,17 @@ def run_scenario(project: Project, s: Scenario, user=None) -> list[SimulationJob
     except InvalidRequest as exc:
         raise ScenarioError(exc.summary()) from None
     run = uuid4().hex[:12]  # the runs shown side by side are of one click
-    with transaction.atomic():
-        return [
-            start_simulation(
-                user=user,
-                branch=root,
-                request=request,
-                world_endpoint=endpoint,
-                labels={"scenario": {"key": s.key, "variant": variant, "run": run}},
-            )
-            for variant, request in requests
-        ]
+    try:
+        with transaction.atomic():  # both or neither
+            return [
+                start_simulation(
+                    user=user,
+                    branch=root,
+                    request=request,
+                    world_endpoint=endpoint,
+                    labels={"scenario": {"key": s.key, "variant": variant, "run": run}},
+                )
+                for variant, request in requests
+            ]
+    except InvalidRequest as exc:  # past a limit of the installation (jobs at once)
+        raise ScenarioError(exc.summary()) from None

@@ -4,6 +4,12 @@ The parse phase reports progress 0..0.5, the write phase 0.5..1. Nothing of a fi
 written unless all of it parses and writes. Each trajectory gets `source_key`, a sha256 of a
 canonical form of its content, so importing the same file twice adds nothing.
 
+Limits (studio.importers.limits, set in settings from the environment) are checked before
+and while parsing; the JSON fields kept as they are (trajectory metadata and tools, step
+meta and timings) are then checked against the depth and size limits, an error naming the
+record and the field. A format forced by the caller that the file does not match fails
+naming the format.
+
 Text that no database can store is replaced before that key is made: NUL characters
 (terminal output of binary files; PostgreSQL text and jsonb refuse them) become U+2400 "␀"
 and lone halves of surrogate pairs (left by a JSON `\\ud800` escape; not UTF-8) U+FFFD.
@@ -19,11 +25,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Field, Value
 from django.db.models.functions import JSONArray
 
-from studio.importers.base import ImportFailure, ParsedStep, ParsedTrajectory
+from studio.importers.base import (
+    ImportFailure,
+    LimitExceeded,
+    ParsedStep,
+    ParsedTrajectory,
+    Where,
+)
+from studio.importers.limits import Limits, kept_field_problem
 from studio.importers.registry import (
     detect,
     domain_from_path,
@@ -33,7 +47,14 @@ from studio.importers.registry import (
 )
 from studio.models import DOMAINS, Branch, BranchOrigin, Step, Tag, Trajectory
 
-__all__ = ["ImportFailure", "ImportResult", "do_import_file", "list_formats", "source_key"]
+__all__ = [
+    "ImportFailure",
+    "ImportResult",
+    "LimitExceeded",
+    "do_import_file",
+    "list_formats",
+    "source_key",
+]
 
 STEP_BATCH = 1000
 # Steps go in with COPY on PostgreSQL; the benchmark turns it off to compare with INSERTs.
@@ -99,6 +120,56 @@ def _make_storable(item: ParsedTrajectory) -> None:
         b.name = _storable(b.name)
 
 
+def import_limits() -> Limits:
+    """The importer's limits as the settings (the environment) give them."""
+    return Limits(
+        max_depth=settings.STUDIO_IMPORT_MAX_DEPTH,
+        max_file_bytes=settings.STUDIO_IMPORT_MAX_FILE_BYTES,
+        max_line_bytes=settings.STUDIO_IMPORT_MAX_LINE_BYTES,
+        max_field_bytes=settings.STUDIO_IMPORT_MAX_FIELD_BYTES,
+    )
+
+
+def _check_kept_fields(item: ParsedTrajectory, name: str, limits: Limits) -> None:
+    """The JSON fields stored as they are must be within the depth and size limits: a
+    deeper one would overflow the stack of every walk after this (and of the database's
+    JSON parser), a larger one makes every page that shows it slow."""
+    where = item.where or Where(name)
+    for field_name in ("metadata", "tools"):
+        problem = kept_field_problem(getattr(item, field_name), limits)
+        if problem:
+            raise LimitExceeded(str(where.fail(field_name, problem)))
+    runs = [("", 0, item.steps)]
+    runs += [(f'branch "{b.name}", ', b.fork_index, b.steps) for b in item.branches]
+    for label, start, steps in runs:
+        for offset, step in enumerate(steps):
+            for field_name in ("meta", "timings"):
+                problem = kept_field_problem(getattr(step, field_name), limits)
+                if problem:
+                    raise LimitExceeded(
+                        where.problem(
+                            f'{label}step {start + offset + 1}: field "{field_name}" {problem}'
+                        )
+                    )
+
+
+def _parse(importer, source, forced: bool) -> list[ParsedTrajectory]:
+    """All trajectories of the file. A format the caller chose is named in its errors: what
+    the message says is missing is missing for that format."""
+    try:
+        return list(importer.parse(source))
+    except LimitExceeded:
+        raise  # about the file's size or shape, whatever its format
+    except ImportFailure as exc:
+        if forced:
+            raise ImportFailure(f"{exc} (read as {importer.NAME}, the format chosen)") from None
+        raise
+    except RecursionError:  # a recursive walk of an importer on data within the depth limit
+        raise LimitExceeded(
+            f"{source.name}: nested too deeply to import ({source.limits.depth_note()})"
+        ) from None
+
+
 def _scaled(progress: Callable[[float], None] | None, start: float, span: float):
     if progress is None:
         return None
@@ -122,10 +193,16 @@ def do_import_file(
     if not path.is_file():
         raise ImportFailure(f"{name}: no such file")
     importer = get_importer(fmt) if fmt else None
-    source = load_source(path, name, _scaled(progress, 0.0, 0.5))
-    if importer is None:
-        importer = detect(source)
-    parsed = list(importer.parse(source))
+    limits = import_limits()
+    try:
+        source = load_source(path, name, _scaled(progress, 0.0, 0.5), limits)
+        if importer is None:
+            importer = detect(source)
+        parsed = _parse(importer, source, forced=bool(fmt))
+    except OSError as exc:  # unreadable (permissions, a folder, a disk error)
+        raise ImportFailure(f"{name}: cannot be read ({exc.strerror or exc})") from None
+    for item in parsed:
+        _check_kept_fields(item, name, limits)
     if progress:
         progress(0.5)
     # forced domain > what the content says > the folder (generic formats only) > format default

@@ -45,11 +45,15 @@ def request_cancel(model: Any, pk: int) -> None:
             model.objects.filter(pk=pk, status=JobStatus.RUNNING).update(cancel_requested=True)
 
 
+# A job in these may go on again (`reopen`).
+STOPPED = (JobStatus.FAILED, JobStatus.CANCELLED)
+
+
 def reopen(model: Any, pk: int) -> bool:
     """A stopped job (failed or cancelled) back to queued for its worker to go on (the caller
     enqueues it, in the same transaction); False when it had not stopped."""
     return bool(
-        model.objects.filter(pk=pk, status__in=[JobStatus.FAILED, JobStatus.CANCELLED]).update(
+        model.objects.filter(pk=pk, status__in=STOPPED).update(
             status=JobStatus.QUEUED,
             error="",
             finished_at=None,

@@ -38,7 +38,8 @@ from studio.models import (
     StepJudgement,
 )
 from studio.queues import queue_name
-from studio.services.jobs import reopen, request_cancel
+from studio.services import job_limits
+from studio.services.jobs import STOPPED, reopen, request_cancel
 from studio.services.simulation import system_prompt_for, turn_of
 
 JUDGED_SOURCES = (ObservationSource.SIMULATED, ObservationSource.PERTURBED)
@@ -108,7 +109,9 @@ def start_judging(project: Project, user, data: JudgeData) -> JudgeJob:
             f"{description} has no simulated step to judge (the judge scores simulated and "
             "perturbed observations; recorded ones are the reference)"
         )
-    job.save()
+    with transaction.atomic():
+        job_limits.check_room(project.pk)  # TooManyJobs (a ValueError) past the limit
+        job.save()
     return job
 
 
@@ -118,8 +121,11 @@ def cancel_judging(job: JudgeJob) -> None:
 
 def resume_judging(job: JudgeJob) -> bool:
     """A stopped job (failed, cancelled, its worker lost) goes on with the steps it has not
-    judged, and tries its failed ones again; its judgements are kept. The caller enqueues."""
+    judged, and tries its failed ones again; its judgements are kept. The caller enqueues.
+    TooManyJobs (nothing changed) when the project has as many jobs at once as it may."""
     with transaction.atomic():
+        if JudgeJob.objects.filter(pk=job.pk, status__in=STOPPED).exists():
+            job_limits.check_room(job.project_id)  # one more job at once
         resumed = reopen(JudgeJob, job.pk)
         if resumed:
             failed = StepJudgement.objects.filter(job=job, ok=False)

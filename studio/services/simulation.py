@@ -30,6 +30,7 @@ from studio.models import (
 )
 from studio.models.trajectories import BranchStatus
 from studio.queues import queue_name
+from studio.services import job_limits
 from studio.services.endpoints import simulation_defaults
 
 __all__ = [
@@ -101,7 +102,9 @@ def start_simulation(
     """Create the job and its N queued child branches in one transaction. The caller
     enqueues it (`studio.tasks.enqueue_simulation`), which waits for the commit. The
     endpoints, when the request came from them, are where the worker finds the API keys.
-    In a fictional world (`world_version`), the world's prompt and tools are used."""
+    In a fictional world (`world_version`), the world's prompt and tools are used.
+    Raises InvalidRequest past the installation's limits (`job_limits`: N, history, and
+    TooManyJobs when the project has as many jobs at once as it may)."""
     user_id = getattr(user, "pk", None)
     reads_prompts = request.world_model.backend != "retrieval"
     if world_version is not None and not reads_prompts:
@@ -117,7 +120,9 @@ def start_simulation(
         # a trajectory started in a world (or an episode) runs in it, and says so; the
         # baseline, which reads no prompt, does not claim it
         world_version = world_of_trajectory(branch.trajectory)
+    job_limits.check_simulation(branch, request)  # N and history, as the operator allows
     with transaction.atomic():
+        job_limits.check_room(branch.trajectory.project_id)  # jobs at once (locks the project)
         job = SimulationJob.objects.create(
             **job_fields(
                 request,

@@ -177,7 +177,8 @@ async def step(request: Request) -> JSONResponse:
             return _error(401, "a valid API token of this world's project is required")
         result = await _answer_of(job)
     except episodes.EpisodeError as exc:
-        return _error(400, str(exc))
+        # 429 for a limit that passes (episodes.EpisodeBusy): the agent sends it again later
+        return _error(getattr(exc, "status", 400), str(exc))
     return JSONResponse(_payload(result))
 
 

@@ -9,7 +9,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from studio.presenters.diff import any_diff_html as render_any_diff
+from studio.presenters.diff import diff_excerpt_html, text_excerpt_html
 from studio.rendering import render_action, render_observation
+from studio.services.compare import CELL_CHANGES, CELL_CHARS
 
 register = template.Library()
 
@@ -47,6 +49,35 @@ def diff_html(diff, limit=None) -> SafeString:
     changes by path, or <del>/<ins> word or line pieces, every piece of user text escaped.
     `{{ diff|diff_html:8 }}` lists at most 8 JSON changes."""
     return render_any_diff(diff, int(limit) if limit is not None else None)
+
+
+@register.simple_tag
+def cell_diff(diff, full=False) -> SafeString:
+    """A compare cell's diff: an excerpt of about CELL_CHARS characters (and CELL_CHANGES
+    JSON changes), or whole with `full` ("Show all")."""
+    if full:
+        return render_any_diff(diff, None)
+    return diff_excerpt_html(diff, 2 * CELL_CHARS, CELL_CHANGES)
+
+
+@register.simple_tag
+def cell_text(text, full=False) -> SafeString:
+    """A compare cell's text in a <pre>: its first CELL_CHARS characters, or all of it."""
+    return text_excerpt_html(text or "", None if full else CELL_CHARS)
+
+
+@register.filter
+def similar(value) -> str:
+    """A similarity as a percentage that says 100% only when it is 1 (and 0% only when 0):
+    one word changed in 100 KB is ">99%", not "100%"."""
+    if value is None:
+        return ""
+    share = float(value) * 100
+    if 99 < share < 100:
+        return ">99%"
+    if 0 < share < 1:
+        return "<1%"
+    return f"{round(share)}%"
 
 
 @register.filter

@@ -5,14 +5,14 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlparse
 
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from studio.access import get_branch_for_user, get_trajectory_for_user
-from studio.forms.branching import CompareForm, RenameBranchForm
+from studio.forms.branching import CompareForm, CompareRowsForm, RenameBranchForm
 from studio.http import HtmxHttpRequest
 from studio.models import Branch, Step
 from studio.models.trajectories import BranchOrigin
@@ -20,7 +20,6 @@ from studio.presenters.futures import outcome_figure
 from studio.presenters.tree import LABEL_LIMIT, build_tree_figure
 from studio.services.branches import (
     BranchError,
-    build_comparison,
     check_delete_branch,
     do_delete_branch,
     do_rename_branch,
@@ -29,6 +28,14 @@ from studio.services.branches import (
     group_key,
     layout_tree,
     tree_nodes,
+)
+from studio.services.compare import (
+    Comparison,
+    build_comparison,
+    compare_row,
+    run_window,
+    scan_window,
+    start_comparison,
 )
 from studio.services.futures import default_columns, summarise_fork
 
@@ -60,12 +67,6 @@ def _back_url(request: HtmxHttpRequest, fallback: str) -> str:
     ):
         return target
     return fallback
-
-
-def _with_start(request: HtmxHttpRequest, start: int) -> str:
-    query = request.GET.copy()
-    query["start"] = str(start)
-    return f"{request.path}?{query.urlencode()}"
 
 
 def _with_expand(request: HtmxHttpRequest) -> str:
@@ -132,7 +133,6 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
     asked = any(key in request.GET for key in ("b", "fork"))
     form = CompareForm(request.GET if asked else None, branches=branches)
     comparison = None
-    page_urls: dict[str, str] = {}
     diff = "meaning"
     summary = None
     summary_figure = None
@@ -158,14 +158,6 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
         comparison = build_comparison(
             trajectory, selected, diff=diff, start=form.cleaned_data["start"]
         )
-        page_urls = {
-            key: _with_start(request, value)
-            for key, value in (
-                ("prev_url", comparison.prev_start),
-                ("next_url", comparison.next_start),
-            )
-            if value is not None
-        }
     return render(
         request,
         "branches/compare.html",
@@ -193,10 +185,61 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
             ),
             "summary_figure": summary_figure,
             "max_columns": CompareForm.MAX_BRANCHES,
-            **page_urls,
+            **(_rows_context(trajectory, comparison) if comparison is not None else {}),
         },
         status=400 if asked and comparison is None else 200,
     )
+
+
+def _rows_context(trajectory, comparison: Comparison) -> dict:
+    """What the rows partial needs besides the window: the URLs of the next windows and of
+    one cell in full, which name the compared branches and the diff."""
+    query = "&".join(f"b={b.pk}" for b in comparison.branches) + f"&diff={comparison.diff}"
+    return {
+        "comparison": comparison,
+        "window": comparison.window,
+        "diff": comparison.diff,
+        "rows_url": f"{reverse('branch_compare_rows', args=[trajectory.pk])}?{query}",
+        "columns": len(comparison.branches) + 1,
+    }
+
+
+def branch_compare_rows(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
+    """One window of a comparison's rows (htmx, as the page scrolls or a run opens), or one
+    cell in full (`at` and `column`: "Show all")."""
+    trajectory, membership = get_trajectory_for_user(request, trajectory_id)
+    form = CompareRowsForm(request.GET, branches=list(trajectory.branches.order_by("pk")))
+    if not form.is_valid():
+        # Only a stale or edited URL gets here (a branch deleted since the page loaded): the
+        # row that asked says why, in place.
+        problems = [
+            " ".join(map(str, errs)) if name == "__all__" else f"{name}: {' '.join(map(str, errs))}"
+            for name, errs in form.errors.items()
+        ]
+        return render(
+            request,
+            "branches/compare.html#rows-error",
+            {"problems": problems, "columns": CompareForm.MAX_BRANCHES + 1},
+            status=400,
+        )
+    data = form.cleaned_data
+    comparison = start_comparison(trajectory, data["selected"], diff=data.get("diff") or "meaning")
+    context: dict[str, object] = {"trajectory": trajectory, "membership": membership}
+    if data.get("at") is not None:
+        row = compare_row(comparison, data["at"])
+        if row is None:
+            raise Http404(
+                f"No step {data['at']} in these branches (the last is {comparison.last})."
+            )
+        cell = next(c for c in row.cells if c.branch.pk == data["column"])
+        context.update(_rows_context(trajectory, comparison), row=row, cell=cell, full=True)
+        return render(request, "branches/compare.html#cell", context)
+    if data.get("to") is not None:
+        comparison.window = run_window(comparison, data["start"], data["to"])
+    else:
+        comparison.window = scan_window(comparison, data["start"], open_run=data.get("run"))
+    context.update(_rows_context(trajectory, comparison))
+    return render(request, "branches/compare.html#rows", context)
 
 
 @require_POST
@@ -270,6 +313,11 @@ def branch_delete(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
 urlpatterns = [
     path("trajectories/<int:trajectory_id>/tree/", branch_tree, name="branch_tree"),
     path("trajectories/<int:trajectory_id>/compare/", branch_compare, name="branch_compare"),
+    path(
+        "trajectories/<int:trajectory_id>/compare/rows/",
+        branch_compare_rows,
+        name="branch_compare_rows",
+    ),
     path("branches/<int:branch_id>/rename/", branch_rename, name="branch_rename"),
     path("branches/<int:branch_id>/star/", branch_star, name="branch_star"),
     path("branches/<int:branch_id>/delete/", branch_delete, name="branch_delete"),

@@ -4,7 +4,6 @@ streamed download), and adding a hand-picked step to a dataset from its annotati
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from django.contrib import messages
@@ -21,8 +20,8 @@ from studio.exports.formats import FORMATS
 from studio.forms.datasets import AddStepForm, DatasetForm, ExportForm
 from studio.http import HtmxHttpRequest, streaming_response
 from studio.models import Dataset, DatasetVersion, ExportJob, JobStatus, Membership
-from studio.queues import queue_name
 from studio.services import datasets as service
+from studio.services.job_limits import TooManyJobs
 from studio.services.jobs import request_cancel
 from studio.tasks import enqueue_export
 
@@ -142,13 +141,13 @@ def export_start(request: HtmxHttpRequest, version_id: int) -> HttpResponse:
     if version.item_count == 0:
         messages.error(request, f"{dataset.name} v{version.number} is empty: nothing to export.")
         return redirect(back)
-    job = ExportJob.objects.create(
-        version=version,
-        requester=signed_in_user(request),
-        format=form.cleaned_data["format"],
-        options=asdict(form.export_options()),
-        queue=queue_name("default"),
-    )
+    try:
+        job = service.start_export(
+            version, signed_in_user(request), form.cleaned_data["format"], form.export_options()
+        )
+    except TooManyJobs as exc:
+        messages.error(request, f"The export was not started: {exc.message}.")
+        return redirect(back)
     enqueue_export(job)
     return redirect("export_job", job_id=job.pk)
 

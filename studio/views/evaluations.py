@@ -15,10 +15,12 @@ from django_htmx.http import HttpResponseStopPolling
 
 from studio.access import get_project_for_user
 from studio.forms.evaluations import EvaluationForm
+from studio.forms.refusals import show_refusal
 from studio.http import HtmxHttpRequest
 from studio.models import EvaluationRun, EvaluationSample, Membership
 from studio.presenters import leaderboard as board
 from studio.services import evaluations as service
+from studio.services.job_limits import TooManyJobs
 from studio.tasks import enqueue_evaluation
 
 
@@ -56,15 +58,20 @@ def evaluation_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
 def evaluation_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id, edit=True)
     form = EvaluationForm(request.POST or None, project=project)
+    status = 400 if form.is_bound else 200
     if request.method == "POST" and form.is_valid():
-        run = service.start_evaluation(project, request.user, form.data_object())
-        enqueue_evaluation(run)
-        return redirect("evaluation_run", run_id=run.pk)
+        try:
+            run = service.start_evaluation(project, request.user, form.data_object())
+        except TooManyJobs as exc:
+            status = show_refusal(form, exc)
+        else:
+            enqueue_evaluation(run)
+            return redirect("evaluation_run", run_id=run.pk)
     return render(
         request,
         "evaluations/new.html",
         {"project": project, "membership": membership, "form": form},
-        status=400 if form.is_bound else 200,
+        status=status,
     )
 
 
@@ -108,7 +115,12 @@ def evaluation_cancel(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 def evaluation_resume(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
     run, _ = _get_run_for_user(request, run_id, edit=True)
-    if service.resume_evaluation(run):
+    try:
+        resumed = service.resume_evaluation(run)
+    except TooManyJobs as exc:
+        messages.error(request, f"Evaluation {run.pk} was not resumed: {exc.message}.")
+        return redirect("evaluation_run", run_id=run.pk)
+    if resumed:
         run.refresh_from_db()
         enqueue_evaluation(run)
         messages.success(request, "Resumed: the samples not done yet are run; the others kept.")

@@ -16,10 +16,12 @@ from django_htmx.http import HttpResponseStopPolling
 from inference.judge import DIMENSIONS
 from studio.access import get_branch_for_user, get_project_for_user
 from studio.forms.judging import JudgeForm
+from studio.forms.refusals import show_refusal
 from studio.http import HtmxHttpRequest
 from studio.models import JudgeJob, Membership, StepJudgement
 from studio.presenters import fidelity as panel
 from studio.services import judging as service
+from studio.services.job_limits import TooManyJobs
 from studio.tasks import enqueue_judging
 
 
@@ -54,9 +56,12 @@ def judge_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     description = (
         service.describe(initial["target"], **preview.resolved) if preview.resolved else ""
     )
+    status = 400 if form.is_bound else 200
     if request.method == "POST" and form.is_valid():
         try:
             job = service.start_judging(project, request.user, form.data_object())
+        except TooManyJobs as exc:
+            status = show_refusal(form, exc)
         except ValueError as exc:
             form.add_error(None, str(exc))
         else:
@@ -66,7 +71,7 @@ def judge_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         request,
         "judging/new.html",
         {"project": project, "membership": membership, "form": form, "description": description},
-        status=400 if form.is_bound else 200,
+        status=status,
     )
 
 
@@ -123,7 +128,12 @@ def judge_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def judge_resume(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     job, _ = _get_judge_job_for_user(request, job_id, edit=True)
-    if service.resume_judging(job):
+    try:
+        resumed = service.resume_judging(job)
+    except TooManyJobs as exc:
+        messages.error(request, f"Judge job {job.pk} was not resumed: {exc.message}.")
+        return redirect("judge_job", job_id=job.pk)
+    if resumed:
         job.refresh_from_db()
         enqueue_judging(job)
         messages.success(request, "Resumed: the steps not judged yet are judged; the others kept.")

@@ -16,6 +16,7 @@ from inference.simulation.request import ForkFacts
 from studio.access import get_branch_for_user
 from studio.forms.branching import ACTION_SNIPPETS
 from studio.forms.playground import PlayForm
+from studio.forms.refusals import show_refusal
 from studio.http import HtmxHttpRequest
 from studio.models import Branch, SimulationJob
 from studio.services import simulation
@@ -51,15 +52,20 @@ def playground(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         fork=fork,
         at=at,
     )
+    status = 200
     if request.method == "POST" and form.is_valid():
-        started = simulation.start_simulation(
-            user=request.user,
-            branch=branch,
-            request=form.cleaned_data["request"],
-            world_endpoint=form.cleaned_data["world_endpoint"],
-        )
-        enqueue_simulation(started)
-        return redirect(reverse("playground", args=[branch.pk]) + f"?at={at}&job={started.pk}")
+        try:
+            started = simulation.start_simulation(
+                user=request.user,
+                branch=branch,
+                request=form.cleaned_data["request"],
+                world_endpoint=form.cleaned_data["world_endpoint"],
+            )
+        except simulation.InvalidRequest as exc:  # past a limit of the installation
+            status = show_refusal(form, exc)
+        else:
+            enqueue_simulation(started)
+            return redirect(reverse("playground", args=[branch.pk]) + f"?at={at}&job={started.pk}")
     job: SimulationJob | None = None
     child = None
     if request.GET.get("job", "").isdigit():
@@ -89,7 +95,9 @@ def playground(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         "snippets": ACTION_SNIPPETS.get(trajectory.domain, []),
         "replaces": total - at,
     }
-    return render(request, "playground/play.html", context, status=400 if form.errors else 200)
+    if form.errors and status == 200:
+        status = 400
+    return render(request, "playground/play.html", context, status=status)
 
 
 def playground_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:

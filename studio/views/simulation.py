@@ -14,6 +14,7 @@ from django_htmx.http import HttpResponseStopPolling
 from inference.simulation.request import ForkFacts
 from studio.access import get_branch_for_user, get_simulation_job_for_user
 from studio.forms.branching import ACTION_SNIPPETS, SimulateForm, pretty_json_or_none
+from studio.forms.refusals import show_refusal
 from studio.http import HtmxHttpRequest
 from studio.models import JobStatus, SimulationJob, Step
 from studio.models.trajectories import ParseStatus
@@ -64,21 +65,26 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
             **({"mode": "rollout"} if request.GET.get("mode") == "rollout" else {}),
         },
     )
+    status = 200
     if request.method == "POST" and form.is_valid():
         sim = form.cleaned_data["request"]
-        job = simulation.start_simulation(
-            user=request.user,
-            branch=branch,
-            request=sim,
-            world_endpoint=form.cleaned_data["world_endpoint"],
-            agent_endpoint=form.cleaned_data.get("agent_endpoint"),
-            world_version=form.world_version,
-        )
-        enqueue_simulation(job)
-        messages.success(
-            request, f"Started {sim.n} simulation(s) from step {index} of {branch.name!r}."
-        )
-        return redirect("simulation_job", job_id=job.pk)
+        try:
+            job = simulation.start_simulation(
+                user=request.user,
+                branch=branch,
+                request=sim,
+                world_endpoint=form.cleaned_data["world_endpoint"],
+                agent_endpoint=form.cleaned_data.get("agent_endpoint"),
+                world_version=form.world_version,
+            )
+        except simulation.InvalidRequest as exc:  # past a limit of the installation
+            status = show_refusal(form, exc)
+        else:
+            enqueue_simulation(job)
+            messages.success(
+                request, f"Started {sim.n} simulation(s) from step {index} of {branch.name!r}."
+            )
+            return redirect("simulation_job", job_id=job.pk)
     context = {
         "trajectory": trajectory,
         "project": trajectory.project,
@@ -96,7 +102,9 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
         "is_admin": membership.role == "admin",
     }
     template = "simulation/editor.html#editor" if request.htmx else "simulation/editor.html"
-    return render(request, template, context, status=400 if form.errors else 200)
+    if form.errors and status == 200:
+        status = 400
+    return render(request, template, context, status=status)
 
 
 # Steps shown per branch on the job page (replay and rollout make many; the rest are one

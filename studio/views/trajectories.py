@@ -1,13 +1,21 @@
 """The trajectory page: header, branch selector and a step timeline that loads in windows.
 
-The first response holds one window of steps (STEPS_PER_PAGE); a sentinel at its end loads
-the next window when it scrolls into view. Observations longer than PREVIEW_CHARS are sent
-as their first characters (the database cuts them: the full text never leaves it) with a
-button that loads the full rendering. So the page costs the same few queries and roughly
-the same bytes whatever the trajectory's length."""
+The first response holds one window of steps (STEPS_PER_PAGE, or the setting
+STUDIO_STEPS_PER_WINDOW); a sentinel at its end loads the next window when it scrolls into
+view. Observations longer than PREVIEW_CHARS are sent as their first characters (the
+database cuts them: the full text never leaves it) with a button that loads the full
+rendering. So the page costs the same few queries and roughly the same bytes whatever the
+trajectory's length.
+
+The browser keeps at most STUDIO_STEP_WINDOWS_KEPT windows (default WINDOWS_KEPT) holding at
+most STUDIO_STEP_ELEMENTS_KEPT elements (default ELEMENTS_KEPT) in the page, besides those
+near the viewport: `static/js/ui.js` turns windows far from the viewport into empty
+placeholders of the same height and loads them again (`dir=none`: the window alone) when
+they come back near."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.db.models.functions import Length, Substr
 from django.http import Http404, HttpResponse, StreamingHttpResponse
@@ -23,6 +31,24 @@ from studio.services.exports import export_chunks
 
 STEPS_PER_PAGE = 25
 PREVIEW_CHARS = 32_000
+# Windows of steps the browser keeps loaded, and elements in them, beyond the windows near
+# the viewport (a window of 25 terminal steps of 100 KB coloured output is ~1,700 elements,
+# of 20 KB ~7,000: their whole text is shown): the page stays under ~15,000 elements however
+# far one scrolls.
+WINDOWS_KEPT = 6
+ELEMENTS_KEPT = 12_000
+
+
+def steps_per_window() -> int:
+    return max(1, int(getattr(settings, "STUDIO_STEPS_PER_WINDOW", STEPS_PER_PAGE)))
+
+
+def windows_kept() -> int:
+    return max(2, int(getattr(settings, "STUDIO_STEP_WINDOWS_KEPT", WINDOWS_KEPT)))
+
+
+def elements_kept() -> int:
+    return max(1000, int(getattr(settings, "STUDIO_STEP_ELEMENTS_KEPT", ELEMENTS_KEPT)))
 
 
 def _int_param(request: HtmxHttpRequest, name: str) -> int | None:
@@ -47,7 +73,7 @@ def _select_branch(trajectory: Trajectory, branches: list[Branch], branch_id: in
     raise Http404(f"Branch {branch_id} is not a branch of trajectory {trajectory.pk}")
 
 
-def step_window(branch: Branch, start: int, size: int = STEPS_PER_PAGE) -> QuerySet[Step]:
+def step_window(branch: Branch, start: int, size: int) -> QuerySet[Step]:
     """Steps start..start+size (one extra to tell whether more follow), with only the first
     PREVIEW_CHARS of each observation and its length."""
     return (
@@ -59,16 +85,20 @@ def step_window(branch: Branch, start: int, size: int = STEPS_PER_PAGE) -> Query
 
 
 def _window_context(trajectory: Trajectory, branch: Branch, start: int) -> dict:
-    rows = list(step_window(branch, start))
-    steps = rows[:STEPS_PER_PAGE]
+    size = steps_per_window()
+    rows = list(step_window(branch, start, size))
+    steps = rows[:size]
     return {
         "trajectory": trajectory,
         "branch": branch,
         "steps": steps,
         "start": start,
-        "prev_start": max(0, start - STEPS_PER_PAGE) if start > 0 else None,
-        "next_start": start + STEPS_PER_PAGE if len(rows) > STEPS_PER_PAGE else None,
-        "page_size": STEPS_PER_PAGE,
+        "end": start + len(steps) - 1,
+        "prev_start": max(0, start - size) if start > 0 else None,
+        "next_start": start + size if len(rows) > size else None,
+        "page_size": size,
+        "windows_kept": windows_kept(),
+        "elements_kept": elements_kept(),
     }
 
 
@@ -81,7 +111,7 @@ def trajectory_page(request: HtmxHttpRequest, trajectory_id: int) -> HttpRespons
     start = 0
     if jump is not None and total:
         jump = min(jump, total - 1)
-        start = jump - jump % STEPS_PER_PAGE
+        start = jump - jump % steps_per_window()
     context = {
         "project": trajectory.project,
         "membership": membership,
@@ -107,16 +137,17 @@ def trajectory_steps(request: HtmxHttpRequest, trajectory_id: int) -> HttpRespon
         raise Http404(f"Branch {branch_id} is not a branch of trajectory {trajectory.pk}")
     start = _int_param(request, "start") or 0
     # Windows are aligned, so one loaded above or below the shown ones never overlaps them.
-    start -= start % STEPS_PER_PAGE
+    start -= start % steps_per_window()
     context = {"membership": membership, **_window_context(trajectory, branch, start)}
     # A window loaded below the shown ones (`dir=down`, the scroll sentinel) must not bring a
     # "load earlier steps" button: those steps are already on the page; one loaded above
-    # (`dir=up`) must not bring a sentinel for the steps below it. A window that replaces the
-    # timeline (jump to a step) has both.
+    # (`dir=up`) must not bring a sentinel for the steps below it; one loaded again into its
+    # placeholder (`dir=none`) brings neither. A window that replaces the timeline (jump to a
+    # step) has both.
     direction = request.GET.get("dir", "")
-    if direction == "down":
+    if direction in ("down", "none"):
         context["prev_start"] = None
-    elif direction == "up":
+    if direction in ("up", "none"):
         context["next_start"] = None
     return render(request, "trajectories/trajectory.html#steps", context)
 

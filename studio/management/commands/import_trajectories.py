@@ -3,7 +3,9 @@
 Directories are walked for .json/.jsonl/.traj files (the format is still detected from the
 content). Each file is imported in its own transaction; a file that fails writes nothing,
 its error is printed, the other files are still imported, and the command exits non-zero.
-A project the command created is removed again when every file failed.
+A project the command created is removed again when every file failed. A file past an
+import limit (studio.importers.limits: nesting depth, file size, line length, kept-field
+size) is an error like any other: one line naming the file, line or record and the limit.
 """
 
 from __future__ import annotations
@@ -65,13 +67,13 @@ class Command(BaseCommand):
                     f"{path}: {result.detected_format}, {result.trajectories_created} "
                     f"trajectories, {result.steps_created} steps"
                 )
+        if errors and new_project and not created and not skipped:
+            proj.delete()  # nothing went in: a bad file leaves no empty project behind
+        if errors and len(files) == 1:
+            raise CommandError(errors[0])  # its one line says it all: nothing was imported
         line = f"imported {created} trajectories, {steps} steps"
         if skipped:
             line += f" (skipped {skipped} already present)"
         self.stdout.write(line)
-        if errors and new_project and not created and not skipped:
-            proj.delete()  # nothing went in: a bad file leaves no empty project behind
-        if errors and len(files) == 1:
-            raise CommandError(errors[0])
         if errors:
             raise CommandError(f"{len(errors)} of {len(files)} files not imported (errors above)")

@@ -113,31 +113,34 @@ class Command(BaseCommand):
         world, agent = self.endpoints(trajectory.project, options, data)
         if options["perturbation"]:
             data["perturbations"] = self.perturbations(trajectory.project, options)
+        flags = {
+            "fork_index": "--step",
+            "n": "--n",
+            "agent_model": "--agent-endpoint",
+            "agent_base_url": "--agent-endpoint",
+            "perturbations": "--perturbation",
+            "history": "--step",  # the installation's limits (studio.services.job_limits)
+            "jobs": "",  # the project's jobs at once: no flag of this command
+        }
         try:
             request = build_request(branch, data)
+            job = start_simulation(
+                user=None,
+                branch=branch,
+                request=request,
+                world_endpoint=world,
+                agent_endpoint=agent,
+                world_version=self.world_version(trajectory, options["world"]),
+            )
         except InvalidRequest as exc:
-            flags = {
-                "fork_index": "--step",
-                "n": "--n",
-                "agent_model": "--agent-endpoint",
-                "agent_base_url": "--agent-endpoint",
-                "perturbations": "--perturbation",
-            }
             raise CommandError(
                 "; ".join(
-                    f"{flags.get(name, '--' + name.replace('_', '-'))}: {message}"
+                    f"{flag}: {message}" if flag else message
                     for name, messages in exc.errors.items()
+                    for flag in [flags.get(name, "--" + name.replace("_", "-"))]
                     for message in messages
                 )
             ) from None
-        job = start_simulation(
-            user=None,
-            branch=branch,
-            request=request,
-            world_endpoint=world,
-            agent_endpoint=agent,
-            world_version=self.world_version(trajectory, options["world"]),
-        )
         enqueue_simulation(job)
         self.stdout.write(
             f"job {job.pk} queued on {job.queue}: {job.n} future(s) of trajectory "
