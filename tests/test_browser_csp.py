@@ -411,7 +411,7 @@ def test_the_policy_is_enforced_and_html_observations_still_render_in_their_sand
         """() => { const s = document.createElement('script');
                    s.textContent = 'window.__inlineRan = true'; document.body.append(s); }"""
     )
-    page.wait_for_function("window.__cspViolations.length > 0")
+    page.wait_for_function("() => window.__cspViolations.length > 0")
     assert page.evaluate("window.__inlineRan") is None
     events = watch.collect()
     assert len(events) == 1 and events[0].startswith("script-src-elem blocked inline"), events

@@ -58,15 +58,16 @@ def build_fork_and_play(page, live_server, login, project):
     page.fill("#id_files-0-path", "/etc/weather/stations.txt")
     page.fill("#id_files-0-content", "LYON-01 active")
     # the preview follows the typing: the file's content and the tool appear in the prompt
+    # functions, not expression strings: an expression needs eval, which the CSP forbids
     page.wait_for_function(
-        "document.querySelector('#world-prompt') &&"
+        "() => document.querySelector('#world-prompt') &&"
         " document.querySelector('#world-prompt').textContent.includes('LYON-01 active')"
     )
     before = page.inner_text("#preview-size")
     page.locator("#part-knowledge .add-row").click()
     page.fill("#id_knowledge-1-text", "The river Saône floods every Tuesday.")
     page.wait_for_function(
-        "document.querySelector('#world-prompt').textContent.includes('floods every Tuesday')"
+        "() => document.querySelector('#world-prompt').textContent.includes('floods every Tuesday')"
     )
     assert '"get_weather"' in page.inner_text("#world-prompt")
     assert page.inner_text("#preview-size") != before  # the size moved with the text

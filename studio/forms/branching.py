@@ -374,7 +374,18 @@ COMPARE_DIFFS = [
 ]
 
 
-class CompareForm(forms.Form):
+class _BranchChoiceForm(forms.Form):
+    """A form whose `b` field picks among the given branches (of one trajectory)."""
+
+    def __init__(self, *args, branches, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.branches = {b.pk: b for b in branches}
+        field = self.fields["b"]
+        assert isinstance(field, forms.TypedMultipleChoiceField)
+        field.choices = [(b.pk, b.name) for b in branches]
+
+
+class CompareForm(_BranchChoiceForm):
     """`?b=1&b=2...` (2-6 branches of the trajectory), or `?fork=<branch>&at=<index>`: the
     futures of one fork as a summary of outcomes plus at most 6 columns (`b` picks them;
     default: the recorded branch and the outcomes' representatives). The trajectory's
@@ -390,13 +401,6 @@ class CompareForm(forms.Form):
     action = forms.RegexField(regex=r"^[0-9a-f]{1,40}$", required=False)
     diff = forms.ChoiceField(choices=COMPARE_DIFFS, required=False)
     start = forms.IntegerField(required=False, min_value=0)
-
-    def __init__(self, *args, branches, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.branches = {b.pk: b for b in branches}
-        field = self.fields["b"]
-        assert isinstance(field, forms.TypedMultipleChoiceField)
-        field.choices = [(b.pk, b.name) for b in branches]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -445,7 +449,7 @@ class CompareForm(forms.Form):
         return data
 
 
-class CompareRowsForm(forms.Form):
+class CompareRowsForm(_BranchChoiceForm):
     """One window of a comparison's rows (`?b=...&diff=&from=`), asked for as the page
     scrolls: `run` (a run of identical steps that began there goes on at `from`), or `to`
     (the rows from..to of an opened run); `at` + `column`: one cell in full ("Show all")."""
@@ -457,13 +461,6 @@ class CompareRowsForm(forms.Form):
     to = forms.IntegerField(min_value=0, required=False)
     at = forms.IntegerField(min_value=0, required=False)
     column = forms.IntegerField(required=False)
-
-    def __init__(self, *args, branches, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.branches = {b.pk: b for b in branches}
-        field = self.fields["b"]
-        assert isinstance(field, forms.TypedMultipleChoiceField)
-        field.choices = [(b.pk, b.name) for b in branches]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
