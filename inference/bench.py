@@ -195,6 +195,7 @@ class PeakMemory:
         self.peak = 0
         self.base = 0
         self._stop = threading.Event()
+        self._sampled = threading.Event()
         self._thread: threading.Thread | None = None
 
     @staticmethod
@@ -217,7 +218,20 @@ class PeakMemory:
     def _sample(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, _rss() - self.base)
+            self._sampled.set()
             self._stop.wait(self.interval_s)
+
+    def wait_for_sample(self, timeout_s: float = 5.0) -> None:
+        """Return once the sampling thread has read the RSS after this call (at once when
+        the kernel's high-water mark is used: it sees every allocation by itself)."""
+        if self._thread is None:
+            return
+        # Two signals: the first may come from a read begun before this call; the second's
+        # read began after the first signal, so after this call.
+        for _ in range(2):
+            self._sampled.clear()
+            if not self._sampled.wait(timeout_s):
+                raise TimeoutError(f"the RSS sampler took no sample in {timeout_s} s")
 
     def __enter__(self) -> PeakMemory:
         gc.collect()

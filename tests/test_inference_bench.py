@@ -134,14 +134,12 @@ def test_inputs_identical_and_differing():
 def test_peak_memory_on_cpu_sees_a_transient_allocation(monkeypatch, kernel_mark):
     """The kernel's peak-RSS mark where it can be reset, else the sampling thread: either way
     64 MiB held for a moment and freed shows, and the RSS before the block is not counted."""
-    import time
-
     if not kernel_mark:
         monkeypatch.setattr(bench, "_reset_hwm", lambda: False)
     keep = torch.ones(16 * 2**20 // 4)  # 16 MiB already there: not counted
     with bench.PeakMemory("cpu") as mem:
         block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
-        time.sleep(0.05)
+        mem.wait_for_sample()  # the sampler has seen the block (no-op with the kernel's mark)
         del block
     assert 60 * 2**20 <= mem.peak < 75 * 2**20
     assert ("VmHWM" in bench.PeakMemory.describe("cpu")) is kernel_mark
