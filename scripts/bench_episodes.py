@@ -3,15 +3,22 @@
 32 agents play a world at once over the episode API's WebSocket (OpenEnv's message
 protocol), 10 steps each, against the fake OpenAI-compatible server on 127.0.0.1 (a real
 HTTP server answering after a fixed model time). The studio runs as it does in production:
-uvicorn with the ASGI app, real Celery workers (prefork), the database and the broker. For
-each step it takes the latency the agent saw, minus the model time the step recorded (the
-world model's request, as the worker timed it): the studio's own overhead, queueing in the
-workers included. Prints steps per second and the overhead's p50 and p95 (goal: p50 under
-50 ms).
+uvicorn with the ASGI app, the episodes queue's Celery worker (a threads pool), the database
+and the broker. For each step it takes the latency the agent saw, minus the model time the
+step recorded (the world model's request, as the worker timed it): the studio's own
+overhead, queueing in the workers included. Prints steps per second and the overhead's p50
+and p95 (goal: p50 under 50 ms), the CPU every process spent per step, and what that CPU
+means on this machine's cores (`capacity`).
+
+By default every agent sends its next action the moment it has an observation, all of them
+in lock-step, as a batch of environments that an RL trainer steps together: the harshest
+arrival, where 32 steps come at once. `--stagger` spreads the agents over one step's time,
+`--think-ms` gives each agent a policy's time between steps.
 
     python scripts/bench_episodes.py                      # SQLite + filesystem broker, temp dir
     DATABASE_URL=postgres://... REDIS_URL=redis://... python scripts/bench_episodes.py
     python scripts/bench_episodes.py --agents 32 --steps 10 --model-ms 50 --threads 32
+    python scripts/bench_episodes.py --model-ms 1000 --stagger
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import statistics
@@ -41,6 +49,15 @@ def parse_args() -> argparse.Namespace:
         "--threads", type=int, default=32, help="threads of each episodes worker (as in dev.sh)"
     )
     parser.add_argument("--episode-workers", type=int, default=1, help="episodes workers")
+    parser.add_argument(
+        "--think-ms", type=float, default=0.0,
+        help="the agent's own time between an observation and its next action (its policy)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stagger", action="store_true",
+        help="agents start one after the other over one step's time, instead of all at once "
+        "(as a batch of environments an RL trainer steps together)",
+    )  # fmt: skip
     return parser.parse_args()
 
 
@@ -170,7 +187,14 @@ def prepare(model_url: str):
 
 
 async def agent(
-    url: str, steps: int, latencies: list[tuple[int, float]], ready: asyncio.Barrier, go
+    url: str,
+    steps: int,
+    latencies: list[tuple[int, float]],
+    ready: asyncio.Barrier,
+    go,
+    *,
+    delay_s: float = 0.0,
+    think_s: float = 0.0,
 ) -> None:
     from websockets.asyncio.client import connect
 
@@ -180,7 +204,10 @@ async def agent(
         episode = int(reply["data"]["observation"]["episode_id"])
         await ready.wait()  # every episode has started: the steps are what is measured
         await go.wait()
+        await asyncio.sleep(delay_s)  # staggered: this agent's place in the step period
         for k in range(steps):
+            if k and think_s:
+                await asyncio.sleep(think_s)  # the agent's policy choosing its next action
             started = time.perf_counter()
             await ws.send(json.dumps({"type": "step", "data": {"action": f"cat /srv/a.txt # {k}"}}))
             reply = json.loads(await ws.recv())
@@ -259,10 +286,17 @@ def main() -> None:
 
             async def run_all() -> None:
                 ready, go = asyncio.Barrier(args.agents + 1), asyncio.Event()
+                period_s = (args.model_ms + args.think_ms) / 1000
                 agents = [
-                    asyncio.create_task(agent(url, args.steps, latencies, ready, go))
-                    for _ in range(args.agents)
-                ]
+                    asyncio.create_task(
+                        agent(
+                            url, args.steps, latencies, ready, go,
+                            delay_s=period_s * i / args.agents if args.stagger else 0.0,
+                            think_s=args.think_ms / 1000,
+                        )
+                    )
+                    for i in range(args.agents)
+                ]  # fmt: skip
                 await ready.wait()  # every agent has reset its episode
                 timing["before"] = cpu_snapshot(roles)
                 timing["started"] = time.perf_counter()
@@ -281,6 +315,38 @@ def main() -> None:
         spent = cpu_spent(before, after)
         print(f"CPU per step ({os.cpu_count()} cores; {sum(spent.values()) / wall:.2f} cores busy): "
               + ", ".join(f"{role} {s / n * 1000:.1f} ms" for role, s in spent.items()))  # fmt: skip
+        for line in capacity(args, sum(spent.values()) / n, os.cpu_count() or 1):
+            print(line)
+
+
+GOAL_S = 0.050
+
+
+def capacity(args, cpu_per_step_s: float, cores: int) -> list[str]:
+    """What the CPU per step means for the goal on this many cores: the steps per second
+    the machine can carry, the rate the agents ask for with a 50 ms overhead, and how long
+    the steps of all agents arriving at once (lock-step) take to work off. A step's CPU is
+    every process's: the agents' and the fake model's are in it too (under 1 ms)."""
+    carry = cores / cpu_per_step_s
+    period = (args.model_ms + args.think_ms) / 1000 + GOAL_S
+    need = args.agents / period
+    burst = args.agents * cpu_per_step_s / cores
+    lines = [
+        f"capacity: {cores} cores / {cpu_per_step_s * 1000:.1f} ms of CPU per step = "
+        f"{carry:.0f} steps/s; {args.agents} agents at {args.model_ms:.0f} ms model"
+        + (f" + {args.think_ms:.0f} ms thinking" if args.think_ms else "")
+        + f" and a 50 ms overhead ask {need:.0f} steps/s"
+        + (" (more than the machine carries)" if need > carry else ""),
+    ]
+    if not args.stagger and args.agents > 1:
+        lines.append(
+            f"lock-step: {args.agents} steps arriving at once take {burst * 1000:.0f} ms of "
+            f"these {cores} cores to work off (the median step waits about half of it); a "
+            f"p50 under 50 ms needs at most {2 * GOAL_S * cores / args.agents * 1000:.1f} ms "
+            f"of CPU per step on {cores} cores, or {math.ceil(args.agents * cpu_per_step_s / (2 * GOAL_S))}"
+            " cores at this cost"
+        )  # fmt: skip
+    return lines
 
 
 def report(args, latencies, wall: float, project_id: int) -> None:
@@ -306,7 +372,9 @@ def report(args, latencies, wall: float, project_id: int) -> None:
     p95 = overheads[int(0.95 * (len(overheads) - 1))] * 1000
     db = "PostgreSQL" if "postgres" in os.environ.get("DATABASE_URL", "") else "SQLite"
     broker = "Redis" if os.environ.get("REDIS_URL") else "filesystem broker"
-    print(f"episodes: {args.agents} agents x {args.steps} steps over WebSocket, {db}, {broker}, "
+    arrival = "staggered over a step" if args.stagger else "in lock-step"
+    think = f", agents think {args.think_ms:.0f} ms" if args.think_ms else ""
+    print(f"episodes: {args.agents} agents x {args.steps} steps over WebSocket ({arrival}{think}), {db}, {broker}, "
           f"{args.episode_workers} episodes worker(s) of {args.threads} threads, model time {args.model_ms:.0f} ms per request")  # fmt: skip
     print(f"steps: {n} in {wall:.2f} s = {n / wall:.1f} steps/s")
     print(f"model time recorded: {model_total / max(1, n) * 1000:.1f} ms per step on average")
@@ -315,10 +383,24 @@ def report(args, latencies, wall: float, project_id: int) -> None:
     jobs = list(SimulationJob.objects.filter(appends=True, trajectory__project_id=project_id))
     waits = sorted((j.started_at - j.created_at).total_seconds() for j in jobs if j.started_at)
     runs = sorted(j.ran_s or 0.0 for j in jobs)
+    # the web side's part: the agent's latency less the row's life (created to finished)
+    lived = {
+        (j.trajectory_id, j.fork_index): (j.finished_at - j.created_at).total_seconds()
+        for j in jobs
+        if j.finished_at
+    }
+    web_side = sorted(
+        max(0.0, lat - lived[(episode, k)])
+        for episode, lats in by_episode.items()
+        for k, lat in enumerate(lats)
+        if (episode, k) in lived
+    )
     if jobs:
         print(f"where it goes (medians): queued {statistics.median(waits) * 1000:.1f} ms "
               f"(created to claimed), in the worker {statistics.median(runs) * 1000:.1f} ms "
-              f"(claimed to finished, model time included)")  # fmt: skip
+              f"(claimed to finished, model time included), in the web process "
+              f"{statistics.median(web_side or [0.0]) * 1000:.1f} ms (before the row and after "
+              f"the answer; p95 {web_side[int(0.95 * (len(web_side) - 1))] * 1000 if web_side else 0:.1f} ms)")  # fmt: skip
     print(f"studio overhead per step (latency minus model time, queueing included): "
           f"p50 {p50:.1f} ms, p95 {p95:.1f} ms (goal: p50 under 50 ms) -> "
           f"{'met' if p50 < 50 else 'not met'}")  # fmt: skip

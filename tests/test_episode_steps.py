@@ -234,7 +234,7 @@ def test_a_step_no_worker_takes_fails_naming_the_queue(project):
 def test_the_wait_reads_the_job_row_when_no_answer_comes(monkeypatch):
     """A step whose worker died says nothing on Redis: the sweeper fails its row, and the
     waiting agent hears that from the row."""
-    monkeypatch.setattr(replies, "CHECK_S", 0.05)
+    monkeypatch.setattr(replies, "CHECK_S", (0.05, 0.1))
     failed = SimulationJob(pk=1, status=JobStatus.FAILED, error="worker lost", appends=True)
     failed.params = {"reply_to": "nobody-answers-this"}
     monkeypatch.setattr(episodes, "finished_job", lambda pk, **kw: failed if pk == 1 else None)

@@ -4,9 +4,10 @@ With a Redis broker, the worker pushes the answer onto a list named after the jo
 process blocks on it (`BLPOP`): the wait ends the moment the answer exists, and costs nothing
 while it lasts (polling the job row instead, 32 waiting agents made thousands of queries a
 second). The list outlives a late reader for `TTL_S`. The job row stays the truth: a wait that
-hears nothing for `CHECK_S` looks at the row (a job that the sweeper failed, or a worker of an
-older release, says nothing here), and without Redis (kombu's filesystem transport) the row is
-all there is, polled with a backoff."""
+hears nothing for `CHECK_S[0]` looks at the row (a job that the sweeper failed, or a worker of
+an older release, says nothing here), then ever less often, up to every `CHECK_S[1]` (a world
+model that thinks for seconds must not cost every waiting step a read a second). Without Redis
+(kombu's filesystem transport) the row is all there is, polled with a backoff."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 TTL_S = 120  # an answer nobody read is dropped after this long
-CHECK_S = 1.0  # a wait looks at the job row at least this often
+CHECK_S = (2.0, 10.0)  # a wait first looks at the job row after this long, then ever less often
 
 
 def redis_url() -> str | None:

@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,10 @@ def claim(
     cancelled, finished or deleted: nothing to do). `branches=False`: a job without child
     branches (a step of an episode) saves the query that starts them."""
     now = timezone.now()
-    with transaction.atomic():  # a simulation's branches start with it, never before
+    starts_branches = model is SimulationJob and branches
+    # a simulation's branches start with it, never before; with no branches to start, the
+    # one UPDATE is atomic on its own (a step of an episode saves the BEGIN and COMMIT)
+    with transaction.atomic() if starts_branches else nullcontext():
         claimed = model.objects.filter(pk=pk, status=JobStatus.QUEUED).update(
             status=JobStatus.RUNNING,
             started_at=now,
@@ -137,7 +141,7 @@ def claim(
             attempts=F("attempts") + 1,
             **fields,
         )
-        if claimed == 1 and model is SimulationJob and branches:
+        if claimed == 1 and starts_branches:
             Branch.objects.filter(job_id=pk, status=BranchStatus.QUEUED).update(
                 status=BranchStatus.RUNNING
             )

@@ -156,9 +156,11 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
         rows = rows.filter(
             project__api_tokens__pk=token.pk, project__api_tokens__revoked_at__isnull=True
         )
-    trajectory = rows.only(
-        "id", "project_id", "domain", "metadata", "step_count", "source_format"
-    ).first()
+    trajectory = (
+        rows.only("id", "project_id", "domain", "metadata", "step_count", "source_format")
+        .annotate(open_steps=job_limits.open_episode_steps())
+        .first()
+    )
     if trajectory is None:
         if check_token and not tokens.still_active(token):
             raise TokenRevoked
@@ -174,7 +176,7 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
             f"is {settings.STUDIO_MAX_HISTORY_STEPS} (STUDIO_MAX_HISTORY_STEPS); reset to "
             "start a new episode"
         )
-    busy = job_limits.episode_steps_refusal(trajectory.project_id)
+    busy = job_limits.episode_steps_refusal(trajectory.open_steps)  # type: ignore[attr-defined]
     if busy is not None:
         raise EpisodeBusy(busy)
     branch_id = episode.get("branch") or trajectory.root_branch.pk

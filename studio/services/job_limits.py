@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Func, IntegerField, Q, Sum, Value
+from django.db.models import Count, F, Func, IntegerField, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.template.defaultfilters import filesizeformat
 
@@ -183,18 +183,28 @@ def check_room(project_id: int, adding: int = 1) -> None:
         )
 
 
-def episode_steps_refusal(project_id: int) -> str | None:
-    """Why the project's episodes may not have one more step waiting for the world model,
-    or None. A count without a lock: an episode's step is one insert, kept lean, and a few
-    requests racing past the limit together is no harm."""
-    limit = settings.STUDIO_MAX_ACTIVE_EPISODE_STEPS
+def open_episode_steps() -> Subquery:
+    """An annotation for a trajectory query: how many steps the episodes of its project have
+    waiting for the world model. Read in the query that reads the episode, because an agent
+    waits on every step; a count without a lock: a few requests racing past the limit
+    together is no harm."""
     count = (
         SimulationJob.objects.filter(
-            trajectory__project_id=project_id, appends=True, status__in=ACTIVE
+            trajectory__project_id=OuterRef("project_id"), appends=True, status__in=ACTIVE
         )
         .order_by()
-        .count()
+        .values("trajectory__project_id")
+        .annotate(n=Count("pk"))
+        .values("n")
     )
+    return Subquery(count, output_field=IntegerField())
+
+
+def episode_steps_refusal(open_steps: int | None) -> str | None:
+    """Why the project's episodes may not have one more step waiting for the world model,
+    given how many they have (`open_episode_steps`), or None."""
+    limit = settings.STUDIO_MAX_ACTIVE_EPISODE_STEPS
+    count = open_steps or 0
     if count < limit:
         return None
     return (

@@ -66,9 +66,11 @@ async def _answer_of(job: SimulationJob) -> episodes.StepResult:
     # wait comes on top (the sweeper fails a step whose worker died)
     deadline = loop.time() + 2 * settings.STUDIO_EPISODE_STEP_TIMEOUT_S + 600
     pause = POLL_S[0]
+    check = replies.CHECK_S[0]
     while True:
         if replies.redis_url() is not None:
-            answer = await replies.replies.next(job.params["reply_to"], replies.CHECK_S)
+            answer = await replies.replies.next(job.params["reply_to"], check)
+            check = min(replies.CHECK_S[1], check * 2)
             if answer is not None:
                 if not answer.get("ok"):
                     raise episodes.EpisodeError(
