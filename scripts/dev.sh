@@ -71,6 +71,8 @@ cat <<MSG
     researcher   imports, branches and simulates
     annotator    reads and annotates
   Worker logs: var/worker.log, var/worker-episodes.log     Stop with Ctrl-C.
+  Shell commands, in another terminal (the same database and broker):
+    DEBUG=1 .venv/bin/python manage.py worlds list --project Demo
 
 MSG
 wait "$SERVER"

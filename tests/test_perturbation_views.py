@@ -236,3 +236,28 @@ def outsider_status(project, branch) -> int:
     client = Client()
     client.force_login(project.outsider)
     return client.get(reverse("branch_export", args=[branch.pk])).status_code
+
+
+def test_an_empty_library_offers_the_domains_presets_where_perturbations_are_chosen(
+    researcher_client, project
+):
+    """The playground and the branch editor of a project without perturbations offer the
+    trajectory's domain's presets in one click, and come back to the page with them listed;
+    a `next` off this site is not followed."""
+    trajectory, root = make_trajectory(project, domain="terminal", key="presets-here")
+    playground = reverse("playground", args=[root.pk])
+    editor = reverse("branch_fork", args=[root.pk, 1])
+    for page in (playground, editor):
+        html = researcher_client.get(page).content.decode()
+        assert 'id="presets-add"' in html and "Add the Terminal presets" in html
+        assert 'name="domain" value="terminal"' in html
+    url = reverse("perturbation_presets", args=[project.pk])
+    back = researcher_client.post(url, {"domain": "terminal", "next": playground})
+    assert back.status_code == 302 and back["Location"] == playground
+    assert Perturbation.objects.count() == len(P.PRESETS["terminal"])
+    html = researcher_client.get(playground).content.decode()
+    assert 'id="presets-add"' not in html
+    for preset in P.PRESETS["terminal"]:
+        assert f">{preset.name}</option>" in html  # now in "Perturb this step"
+    away = researcher_client.post(url, {"domain": "web", "next": "https://elsewhere.example/"})
+    assert away["Location"] == reverse("perturbation_list", args=[project.pk])

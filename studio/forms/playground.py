@@ -46,6 +46,7 @@ class PlayForm(forms.Form):
         assert isinstance(perturbation_field, forms.ModelChoiceField)
         world_field.queryset = endpoints_for(project, EndpointRole.WORLD)
         perturbation_field.queryset = Perturbation.objects.filter(project=project)
+        self.has_perturbations = perturbation_field.queryset.exists()
         first = world_field.queryset.first()
         if not self.is_bound and first is not None:
             world_field.initial = first.pk

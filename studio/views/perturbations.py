@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from inference import perturbations as perturbing
@@ -112,6 +113,12 @@ def perturbation_presets(request: HtmxHttpRequest, project_id: int) -> HttpRespo
     if skipped:
         text += f" ({skipped} already in the library, left as they are)"
     messages.success(request, text + ".")
+    # added from the editor or the playground: back there, the new entries in its list
+    back = request.POST.get("next", "")
+    if back and url_has_allowed_host_and_scheme(
+        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(back)
     return redirect("perturbation_list", project_id=project.pk)
 
 
