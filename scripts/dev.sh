@@ -67,8 +67,8 @@ cat <<MSG
 
   AgentWorld Studio is starting at  http://${HOST}:${PORT}/
   Demo logins (password for all: demo-password):
-    admin        project admin: imports, deletes, manages members
-    researcher   imports, branches and simulates
+    admin        what a researcher does, and members, models and API tokens
+    researcher   imports, deletes, branches, simulates, builds worlds
     annotator    reads and annotates
   Worker logs: var/worker.log, var/worker-episodes.log     Stop with Ctrl-C.
   Shell commands, in another terminal (the same database and broker):

@@ -7,7 +7,7 @@ import json
 
 from django.urls import reverse
 
-from studio.presenters.diff import meaning_html
+from studio.presenters.diff import diff_excerpt_html, diff_html, meaning_html, text_excerpt_html
 from studio.services.diffs import (
     JsonChange,
     json_changes,
@@ -107,3 +107,23 @@ def test_long_repetitive_texts_diff_exactly_and_at_once():
     b = "".join(f"{k}\n" for k in range(1, 40_000, 2))
     assert line_pieces(a, b) == [("delete", a), ("insert", b)]
     assert similarity(a, b) is None
+
+
+def test_terminal_colours_are_no_change_of_meaning_and_do_not_show_as_escape_codes():
+    """Colour codes are how a terminal paints its text, not what it says: two outputs that
+    differ only in them mean the same, a diff of coloured output shows the words that
+    changed without "[0;1;31m", still escaped; the raw diff keeps them out of sight too."""
+    recorded = "\x1b[0;1;31m●\x1b[0m backup.service failed <disk>\nTriggeredBy: timer"
+    simulated = "\x1b[0;1;32m●\x1b[0m backup.service ok <disk>\nTriggeredBy: timer"
+    assert meaning_diff(recorded, recorded.replace("31m", "33m")).same
+    diff = meaning_diff(recorded, simulated)
+    assert not diff.same
+    assert str(meaning_html(diff)) == (
+        '<pre class="diff">● backup.service <del>failed</del><ins>ok</ins> &lt;disk&gt;\n'
+        "TriggeredBy: timer</pre>"
+    )
+    assert "<del>failed</del>" in str(diff_excerpt_html(diff, 20, 5))
+    raw = str(diff_html([("equal", "\x1b[0;1;"), ("delete", "31m"), ("equal", "● ok")]))
+    assert "\x1b" not in raw and "&lt;" not in raw
+    excerpt = str(text_excerpt_html(recorded, None))
+    assert excerpt == "<pre>● backup.service failed &lt;disk&gt;\nTriggeredBy: timer</pre>"

@@ -249,7 +249,7 @@ def test_an_empty_library_offers_the_domains_presets_where_perturbations_are_cho
     editor = reverse("branch_fork", args=[root.pk, 1])
     for page in (playground, editor):
         html = researcher_client.get(page).content.decode()
-        assert 'id="presets-add"' in html and "Add the Terminal presets" in html
+        assert 'id="presets-add"' in html and "Add the presets for Terminal" in html
         assert 'name="domain" value="terminal"' in html
     url = reverse("perturbation_presets", args=[project.pk])
     back = researcher_client.post(url, {"domain": "terminal", "next": playground})

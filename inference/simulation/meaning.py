@@ -2,19 +2,27 @@
 this action an edit of the recorded one?) and by the studio's diffs (is this future the same
 as that one?), so a label and a diff can never disagree.
 
-- Text: line endings as `\\n`, no whitespace at line ends, no blank lines at either end.
-  Indentation and the spaces inside a line are kept: in code and terminal output they carry
-  meaning.
+- Text: line endings as `\\n`, no whitespace at line ends, no blank lines at either end, no
+  terminal colour codes (ANSI escape sequences: how a terminal paints the text, not what it
+  says). Indentation and the spaces inside a line are kept: in code and terminal output they
+  carry meaning.
 - JSON (an object or an array): equal when the values are, whatever the formatting or key
   order; `true` is not `1`, and `1.0` is `1` (one JSON number)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+# CSI sequences (ESC [ params final: colours, cursor moves) and OSC ones (ESC ] ... BEL or
+# ESC backslash: titles, links)
+_ESCAPES = re.compile(r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
 
 
 def normalise_text(text: str) -> str:
+    if "\x1b" in text:
+        text = _ESCAPES.sub("", text)
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     return "\n".join(line.rstrip() for line in lines).strip("\n")
 

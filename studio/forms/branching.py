@@ -368,7 +368,7 @@ class RenameBranchForm(forms.Form):
 
 
 COMPARE_DIFFS = [
-    ("meaning", "Meaning: JSON by key, text ignoring line-end whitespace"),
+    ("meaning", "Meaning: JSON by key, text ignoring line-end whitespace and colour codes"),
     ("words", "Raw text, word by word"),
     ("lines", "Raw text, line by line"),
 ]

@@ -8,11 +8,17 @@ from collections.abc import Iterable, Sequence
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+# Terminal output shows in plain-text diffs and excerpts without its escape sequences: they
+# are invisible where the terminal is rendered, and here they would show as a box and
+# "[0;1;31m". The diff itself is of the raw text.
+from studio.rendering.ansi import strip_ansi
+
 
 def diff_html(pieces: Iterable[tuple[str, str]] | None) -> SafeString:
     """The pieces as HTML: "equal" text escaped, "delete" in <del>, "insert" in <ins>."""
     out: list[str] = []
-    for op, text in pieces or ():
+    for op, raw in pieces or ():
+        text = strip_ansi(raw)
         if op == "equal":
             out.append(escape(text))
         elif op == "delete":
@@ -101,6 +107,7 @@ def pieces_excerpt_html(pieces: Sequence[tuple[str, str]], budget: int) -> SafeS
     """Diff pieces as HTML in about `budget` characters: whole when they fit; otherwise long
     unchanged runs keep CONTEXT_CHARS on each side of the changes around them, long removed
     or added texts are cut, and every cut says how much it left out."""
+    pieces = [(op, strip_ansi(text)) for op, text in pieces]
     if sum(len(text) for _, text in pieces) <= budget:
         return diff_html(pieces)
     out: list[str] = []
@@ -154,6 +161,7 @@ def diff_excerpt_html(diff, budget: int, changes: int) -> SafeString:
 def text_excerpt_html(text: str, budget: int | None) -> SafeString:
     """A text in a <pre>: whole, or its first `budget` characters and how many more there
     are."""
+    text = strip_ansi(text)
     if budget is None or len(text) <= budget:
         return format_html("<pre>{}</pre>", text)
     return format_html(

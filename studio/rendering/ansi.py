@@ -25,6 +25,15 @@ def has_ansi(text: str) -> bool:
     return "\x1b" in text
 
 
+def strip_ansi(text: str) -> str:
+    """The text a terminal shows, without its colours: escape sequences and control
+    characters dropped (tabs and newlines kept). For plain-text views of terminal output
+    (diffs, excerpts), where a raw escape would show as a box and "[0;1;31m"."""
+    if "\x1b" not in text and not _CONTROL_RE.search(text):
+        return text
+    return _CONTROL_RE.sub("", _ESCAPE_RE.sub("", text.replace("\r\n", "\n")))
+
+
 def _overstrike_lines(text: str) -> str:
     """A bare carriage return rewinds the line (progress bars): keep what a terminal shows."""
     text = text.replace("\r\n", "\n")

@@ -11,6 +11,7 @@ from django.utils.safestring import SafeString
 from studio.presenters.diff import any_diff_html as render_any_diff
 from studio.presenters.diff import diff_excerpt_html, text_excerpt_html
 from studio.rendering import render_action, render_observation
+from studio.rendering.ansi import strip_ansi
 from studio.services.compare import CELL_CHANGES, CELL_CHARS
 
 register = template.Library()
@@ -64,6 +65,13 @@ def cell_diff(diff, full=False) -> SafeString:
 def cell_text(text, full=False) -> SafeString:
     """A compare cell's text in a <pre>: its first CELL_CHARS characters, or all of it."""
     return text_excerpt_html(text or "", None if full else CELL_CHARS)
+
+
+@register.filter
+def plain(text) -> str:
+    """Terminal output as plain text, without its escape sequences (an excerpt in a <pre>;
+    the full observation renders its colours)."""
+    return strip_ansi(text or "")
 
 
 @register.filter
