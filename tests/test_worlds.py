@@ -269,7 +269,7 @@ def test_worlds_command_imports_exports_and_lists(tmp_path):
     src.write_text(json.dumps(WORLD))
     out = StringIO()
     call_command("worlds", "import", str(src), "--project", "Fiction", stdout=out)
-    assert "'Lyon Weather Co' v1 (new version) in project 'Fiction'" in out.getvalue()
+    assert "'Lyon Weather Co' v1 (new world) in project 'Fiction'" in out.getvalue()
     first = tmp_path / "first.json"
     call_command("worlds", "export", "Lyon Weather Co", "--project", "Fiction", "--out", str(first),
                  stdout=StringIO())  # fmt: skip
@@ -286,6 +286,13 @@ def test_worlds_command_imports_exports_and_lists(tmp_path):
         listing.getvalue()
     )
     assert Project.objects.get(name="Fiction").endpoints.exists()  # a project like any other
+    changed = dict(WORLD, description="Now it snows in Lyon.")
+    src.write_text(json.dumps(changed))
+    call_command("worlds", "import", str(src), "--project", "Fiction", stdout=out)
+    assert "'Lyon Weather Co' v2 (new version) in project 'Fiction'" in out.getvalue()
+    src.write_text(json.dumps(WORLD))  # back to v1's content: a third version, v3
+    call_command("worlds", "import", str(src), "--project", "Fiction", stdout=out)
+    assert "v3 (new version)" in out.getvalue()
 
 
 @pytest.mark.django_db

@@ -68,7 +68,10 @@ class Command(BaseCommand):
             raise CommandError(f"{path}: {exc}") from None
         project, _ = get_or_create_project(options["project"])
         saved = import_world(project, data)
-        state = "new version" if saved.created else "unchanged"
+        if not saved.created:
+            state = "unchanged"
+        else:
+            state = "new world" if saved.version.number == 1 else "new version"
         self.stdout.write(
             f"world {saved.world.pk} {saved.world.name!r} v{saved.version.number} ({state}) "
             f"in project {project.name!r}"
