@@ -31,10 +31,16 @@ def test_presets_perturb_a_fork_and_a_sweep_compares_them(
     page.goto(f"{live_server.url}/projects/{project.pk}/")
     page.click("#perturbations-link")
     assert "None yet" in page.inner_text("#no-perturbations")
-    page.select_option("#preset-domain", "terminal")
-    page.click("#preset-add")
-    page.wait_for_selector(".perturbation-row[data-name='Disk full']")
+    # the branch editor offers the trajectory's domain's presets in one click, comes back,
+    # and keeps the action typed so far
+    page.goto(f"{live_server.url}/branches/{root.pk}/steps/2/fork/")
+    page.fill("textarea[name=action]", "df -h /srv")
+    page.click("#presets-add")
+    page.wait_for_selector("[name=perturbation] option:has-text('Disk full')", state="attached")
     assert "Added 3 Terminal presets" in page.inner_text(".messages")
+    assert page.input_value("textarea[name=action]") == "df -h /srv"
+    page.goto(f"{live_server.url}/projects/{project.pk}/perturbations/")
+    page.wait_for_selector(".perturbation-row[data-name='Disk full']")
 
     # one perturbation on the fork step, applied without a model, three futures
     page.goto(f"{live_server.url}/branches/{root.pk}/steps/2/fork/")

@@ -74,7 +74,34 @@
     });
   }
 
-  function init(root) { drawTrees(root); bindSnippets(root); bindEndpointDefaults(root); }
+  // Adding a domain's presets from the playground or the editor reloads the page: keep the
+  // action typed so far for the page it comes back to (this tab only).
+  var KEPT = "studio:kept-action:";
+  function keepTypedAction(root) {
+    var presets = document.getElementById("presets-form");
+    if (presets && !presets.dataset.bound) {
+      presets.dataset.bound = "1";
+      presets.addEventListener("submit", function () {
+        var area = document.querySelector("form textarea[name=action]");
+        var next = presets.querySelector("input[name=next]");
+        if (area && area.value && next) {
+          try { window.sessionStorage.setItem(KEPT + next.value, area.value); } catch (e) { /* storage off */ }
+        }
+      });
+    }
+    var key = KEPT + window.location.pathname + window.location.search;
+    var kept = null;
+    try { kept = window.sessionStorage.getItem(key); } catch (e) { return; }
+    if (kept === null) return;
+    var target = (root || document).querySelector("form textarea[name=action]");
+    if (!target) return;
+    window.sessionStorage.removeItem(key);
+    target.value = kept;  // typed on this very page a moment ago
+  }
+
+  function init(root) {
+    drawTrees(root); bindSnippets(root); bindEndpointDefaults(root); keepTypedAction(root);
+  }
 
   // The job page refreshes its progress every 500 ms by swapping HTML: keep what the reader
   // opened (thinking folds, "Show all" clamps) open across refreshes. Elements are keyed by
