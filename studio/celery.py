@@ -84,10 +84,27 @@ def _warm_up(**_kwargs) -> None:
         "openai",
         "inference.backends.openai_compat",
         "inference.simulation.runner",
+        "inference.worlds",
         "studio.jobs.simulation",
         "studio.jobs.episode_steps",
+        "studio.services.episodes",
     ):
         try:
             importlib.import_module(module)
         except ImportError:  # a module renamed or an extra not installed: only slower
             pass
+    # The first tool schema checked in a process builds jsonschema's meta-schema validators
+    # (about 60 ms): done here, not by the first steps of the first episodes, which would all
+    # wait for it together.
+    try:
+        from inference.worlds import parse_world
+
+        parse_world(
+            {
+                "name": "warm-up",
+                "domain": "mcp",
+                "tools": [{"type": "function", "function": {"name": "t", "parameters": {}}}],
+            }
+        )
+    except Exception:  # noqa: BLE001 - a warm-up only: the first step pays instead
+        pass
