@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 
 from django.http import HttpRequest, StreamingHttpResponse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.middleware import HtmxDetails
 
 
@@ -10,6 +11,17 @@ class HtmxHttpRequest(HttpRequest):
     """A request after django-htmx's middleware: `request.htmx` is truthy for htmx requests."""
 
     htmx: HtmxDetails
+
+
+def back_url(request: HttpRequest, fallback: str) -> str:
+    """Where a form sent from another page goes back to: its `next`, when that is a page of
+    this site, else `fallback` (never an address elsewhere: no open redirect)."""
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return fallback
 
 
 def streaming_response(

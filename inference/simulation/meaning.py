@@ -15,14 +15,20 @@ import json
 import re
 from typing import Any
 
-# CSI sequences (ESC [ params final: colours, cursor moves) and OSC ones (ESC ] ... BEL or
-# ESC backslash: titles, links)
-_ESCAPES = re.compile(r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
+# A terminal's escape sequences, the one definition (the studio's ANSI renderer uses it too):
+# CSI (ESC [ params final: colours, cursor moves; params and final are its groups), OSC
+# (ESC ] ... BEL or ESC backslash: titles, links), two-byte escapes, and a lone ESC.
+TERMINAL_ESCAPE = re.compile(
+    r"\x1b\[([0-9;:?<=>]*)[ -/]*([@-~])"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[@-Z\\-_]"
+    r"|\x1b"
+)
 
 
 def normalise_text(text: str) -> str:
     if "\x1b" in text:
-        text = _ESCAPES.sub("", text)
+        text = TERMINAL_ESCAPE.sub("", text)
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     return "\n".join(line.rstrip() for line in lines).strip("\n")
 

@@ -8,15 +8,12 @@ import re
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString
 
+from inference.simulation.meaning import TERMINAL_ESCAPE
 from studio.rendering.safe import join
 
-# CSI (ESC [ params final), OSC (ESC ] ... BEL or ESC \), and two-byte escapes.
-_ESCAPE_RE = re.compile(
-    r"\x1b\[([0-9;:?<=>]*)[ -/]*([@-~])"
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
-    r"|\x1b[@-Z\\-_]"
-    r"|\x1b"
-)
+# CSI (ESC [ params final), OSC (ESC ] ... BEL or ESC \), and two-byte escapes: the same
+# definition as the one meaning uses, so what is hidden here is what a diff ignores.
+_ESCAPE_RE = TERMINAL_ESCAPE
 # C0 controls other than tab and newline (carriage returns are handled before).
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 

@@ -8,12 +8,11 @@ from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from studio.access import get_branch_for_user, get_trajectory_for_user
 from studio.forms.branching import CompareForm, CompareRowsForm, RenameBranchForm
-from studio.http import HtmxHttpRequest
+from studio.http import HtmxHttpRequest, back_url
 from studio.models import Branch, Step
 from studio.models.trajectories import BranchOrigin
 from studio.presenters.futures import outcome_figure
@@ -58,15 +57,6 @@ def _current_branch_id(request: HtmxHttpRequest) -> int | None:
 
 def branch_page_url(branch: Branch) -> str:
     return f"{reverse('trajectory', args=[branch.trajectory_id])}?branch={branch.pk}"
-
-
-def _back_url(request: HtmxHttpRequest, fallback: str) -> str:
-    target = request.POST.get("next") or request.GET.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return target
-    return fallback
 
 
 def _with_expand(request: HtmxHttpRequest) -> str:
@@ -254,7 +244,7 @@ def branch_rename(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         messages.error(
             request, f"Branch not renamed: {' '.join(str(e) for e in form.errors['name'])}"
         )
-    return redirect(_back_url(request, branch_page_url(branch)))
+    return redirect(back_url(request, branch_page_url(branch)))
 
 
 @require_POST
@@ -263,7 +253,7 @@ def branch_star(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
     do_toggle_star(branch)
     word = "Starred" if branch.starred else "Unstarred"
     messages.success(request, f"{word} branch {branch.name!r}.")
-    return redirect(_back_url(request, branch_page_url(branch)))
+    return redirect(back_url(request, branch_page_url(branch)))
 
 
 @require_http_methods(["GET", "POST"])

@@ -11,14 +11,13 @@ from django.http import FileResponse, Http404, HttpResponse, StreamingHttpRespon
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import path, reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from studio.access import get_project_for_user, get_step_for_user, signed_in_user
 from studio.exports.formats import FORMATS
 from studio.forms.datasets import AddStepForm, DatasetForm, ExportForm
-from studio.http import HtmxHttpRequest, streaming_response
+from studio.http import HtmxHttpRequest, back_url, streaming_response
 from studio.models import Dataset, DatasetVersion, ExportJob, JobStatus, Membership
 from studio.services import datasets as service
 from studio.services.job_limits import TooManyJobs
@@ -202,9 +201,7 @@ def step_add_to_dataset(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
     and this one."""
     step, membership = get_step_for_user(request, step_id, edit=True)
     form = AddStepForm(request.POST)
-    back = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-        back = reverse("step_annotate", args=[step.pk])  # only a page of this site
+    back = back_url(request, reverse("step_annotate", args=[step.pk]))  # a page of this site
     if not form.is_valid():
         messages.error(request, "Name the dataset to add the step to.")
         return redirect(back)

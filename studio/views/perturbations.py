@@ -6,14 +6,13 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import path
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.urls import path, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from inference import perturbations as perturbing
 from studio.access import get_perturbation_for_user, get_project_for_user
 from studio.forms.perturbations import PerturbationForm
-from studio.http import HtmxHttpRequest
+from studio.http import HtmxHttpRequest, back_url
 from studio.models import Domain, Perturbation
 from studio.services import perturbations as service
 
@@ -114,12 +113,7 @@ def perturbation_presets(request: HtmxHttpRequest, project_id: int) -> HttpRespo
         text += f" ({skipped} already in the library, left as they are)"
     messages.success(request, text + ".")
     # added from the editor or the playground: back there, the new entries in its list
-    back = request.POST.get("next", "")
-    if back and url_has_allowed_host_and_scheme(
-        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return redirect(back)
-    return redirect("perturbation_list", project_id=project.pk)
+    return redirect(back_url(request, reverse("perturbation_list", args=[project.pk])))
 
 
 urlpatterns = [
