@@ -19,6 +19,17 @@ class StepAnnotation(models.Model):
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="step_annotations"
     )
+    # the queue it was asked in (None: annotated from the step's own page). Each queue asks
+    # anew, so an annotator has one annotation per step outside queues and one per queue.
+    queue = models.ForeignKey(
+        "studio.AnnotationQueue",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="annotations",
+    )
+    # answers to the queue's custom questions: question key -> int | str | list[str]
+    answers = models.JSONField(default=dict, blank=True)
     ratings = models.JSONField(default=dict, blank=True)  # dimension -> 1..5
     verdict = models.CharField(max_length=20, choices=Verdict.choices, blank=True)
     # the observation as it should have been (blank: no correction)
@@ -31,7 +42,16 @@ class StepAnnotation(models.Model):
     class Meta:
         ordering = ["created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["step", "author"], name="one_annotation_per_author")
+            models.UniqueConstraint(
+                fields=["step", "author"],
+                condition=models.Q(queue__isnull=True),
+                name="one_annotation_per_author",
+            ),
+            models.UniqueConstraint(
+                fields=["step", "author", "queue"],
+                condition=models.Q(queue__isnull=False),
+                name="one_annotation_per_author_and_queue",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -76,6 +96,12 @@ class AnnotationQueue(models.Model):
     blind = models.BooleanField(default=False)
     claim_minutes = models.PositiveIntegerField(default=30)
     description = models.TextField(blank=True)  # the filter it was made from, in words
+    # what annotators read before they start (Markdown, rendered without raw HTML)
+    guidelines = models.TextField(blank=True)
+    # custom questions beside the five dimensions, in order: each
+    # {"key", "label", "kind": "scale"|"single"|"multi"|"text", "options": [...], "min", "max",
+    #  "required"} (studio.services.questions validates them)
+    questions = models.JSONField(default=list, blank=True)
     # who works it (none: every member of the project)
     assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
 
@@ -107,6 +133,12 @@ class QueueClaim(models.Model):
     claimed_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     done_at = models.DateTimeField(null=True, blank=True)
+    # skipped: this annotator gave the slot back and is not offered the item again
+    skipped_at = models.DateTimeField(null=True, blank=True)
+    skip_reason = models.TextField(blank=True)
+    # flagged for the queue's lead (a question, a broken step), with or without a skip
+    flagged_at = models.DateTimeField(null=True, blank=True)
+    flag_note = models.TextField(blank=True)
 
     class Meta:
         constraints = [
@@ -128,6 +160,12 @@ class Adjudication(models.Model):
     ratings = models.JSONField(default=dict, blank=True)
     note = models.TextField(blank=True)
     decided_at = models.DateTimeField(auto_now_add=True)
+    # the correction that stands (blank: none): an annotator's, picked, or the adjudicator's
+    # own; `correction_by` is whose it is
+    corrected_observation = models.TextField(blank=True)
+    correction_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     def __str__(self) -> str:
         return f"adjudication of item {self.item_id}"

@@ -63,6 +63,10 @@ class DatasetItem(models.Model):
     # the corrected observation it was chosen with (blank: the step's own observation)
     observation = models.TextField(blank=True)
     corrected = models.BooleanField(default=False)
+    # whose correction `observation` is (an annotator's, or the adjudicator's they chose)
+    correction_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["version_id", "position"]

@@ -37,6 +37,12 @@ class EvaluationRun(JobBase):
     source = models.CharField(max_length=20, default="recorded")  # recorded | benchmark
     domains = models.JSONField(default=list, blank=True)  # empty: every domain
     limit_per_domain = models.PositiveIntegerField(default=50)
+    # the sample set is fixed by the source (and files picked), the domains, the limit and
+    # this seed: two runs with the same four score the same samples
+    sample_seed = models.PositiveBigIntegerField(default=0)
+    # a digest of the keys of the samples drawn (set once sampled): runs with the same digest
+    # were scored on the same samples
+    sample_set = models.CharField(max_length=64, blank=True)
     concurrency = models.PositiveIntegerField(default=8)
     queue = models.CharField(max_length=50, default="default")
     cancel_requested = models.BooleanField(default=False)
