@@ -4,9 +4,11 @@ Prompts written for this project; the answer shape and the row fields are the re
 pipeline's (QwenLM/Qwen-AgentWorld eval/eval.py), so files go both ways:
 
 - the judge answers inside <final_evaluation> with a fenced JSON object whose five scores sit
-  under "scores", beside "strengths" and "weaknesses"; the parser also takes a flat object,
-  an unclosed or missing tag, a missing fence, near-JSON (repaired), "4/5"-style values and
-  out-of-range values (clamped to 1-5), and tags in any case;
+  under "scores", beside "strengths" and "weaknesses"; the parser also takes a flat object
+  (whole only), an unclosed or missing tag, a missing fence, near-JSON (repaired), and tags in
+  any case; values are read as the reference's parser reads them (eval/lwm_eval_utils
+  judge_parser): "4/5" and "8/10" by their numerator (8 clamps to 5), floats rounded, 0 or
+  unreadable values left out; a partial "scores" object is scored on the dimensions present;
 - a prediction row carries `predicted_observation` (the studio's infer) or only `gen` (the
   reference's), parsed as the reference does ("No output" when nothing is left);
 - a judged row gets the reference's fields (the five dimensions flat, `total_score`, `failed`
@@ -179,12 +181,14 @@ def build_judge_messages(row: dict, *, history_chars: int | None = None) -> list
 
 @dataclass
 class Judgement:
-    scores: dict[str, float]  # each dimension, 1-5
+    scores: dict[str, float]  # each dimension scored, 1-5 (a partial answer: only those)
     strengths: list[str] = field(default_factory=list)
     weaknesses: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # dimensions asked for and not scored
 
     @property
     def total(self) -> float:
+        """The mean of the dimensions scored, as the reference's total_score."""
         return sum(self.scores.values()) / len(self.scores)
 
 
@@ -192,7 +196,7 @@ _I = re.IGNORECASE | re.DOTALL
 _FINAL_OPEN = re.compile(r"<final_evaluation>", _I)
 _FINAL_CLOSE = re.compile(r"</final_evaluation>", _I)
 _FENCE = re.compile(r"```(?:json)?[ \t]*\n?(.*?)(?:```|\Z)", _I)
-_RATIO = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*(\d+(?:\.\d+)?))?\s*$")
+INVALID_SCORE = 0  # what the reference writes for a dimension it could not read
 
 
 def _evaluation_text(text: str) -> str:
@@ -227,22 +231,31 @@ def _json_object(region: str) -> dict:
     return data
 
 
-def _score(value: Any, dim: str) -> float:
-    """A dimension's value as a number 1-5: ints, floats, "4", "4/5" (or "8/10", scaled to
-    five), out-of-range values clamped."""
-    if isinstance(value, bool) or value is None:
-        raise JudgementError(f"score {dim!r} is missing or not a number (got {value!r})")
-    if isinstance(value, int | float):
-        number = float(value)
+def read_score(value: Any) -> int | None:
+    """A dimension's value as the reference reads it: an int as it is, a float rounded, a
+    string by the whole number before any "/" ("4", "4/5"; "8/10" reads 8, clamped to 5: the
+    reference does not rescale), clamped to 1-5. None (not scored) for anything else: a
+    missing value, a bool, "3.5", "great", and 0 or below (the reference writes 0 there and
+    leaves it out of every figure; it keeps a negative value, which would pull a figure below
+    0, so the studio leaves that out too)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        number = int(round(value))
+    elif isinstance(value, str):
+        try:
+            number = int(value.split("/")[0].strip())
+        except ValueError:
+            return None
     else:
-        found = _RATIO.match(str(value))
-        if found is None:
-            raise JudgementError(f"score {dim!r} is not a number (got {value!r})")
-        number = float(found.group(1))
-        if found.group(2) is not None and float(found.group(2)) not in (0.0, 5.0):
-            number = number / float(found.group(2)) * 5
-    number = min(5.0, max(1.0, number))
-    return int(number) if number.is_integer() else round(number, 3)
+        return None
+    if number <= INVALID_SCORE:
+        return None
+    return max(1, min(5, number))
 
 
 def _phrases(value: Any) -> list[str]:
@@ -253,19 +266,72 @@ def _phrases(value: Any) -> list[str]:
     return []
 
 
+def _names(dims: list[str]) -> str:
+    return ", ".join(dims)
+
+
 def parse_judgement(text: str, dimensions: tuple[str, ...] = DIMENSIONS) -> Judgement:
-    """The judge's scores on `dimensions` (and strengths, weaknesses) from its answer;
-    JudgementError naming what is missing when there are none."""
+    """The judge's scores on `dimensions` (and strengths, weaknesses) from its answer, as the
+    reference parser reads them. Scores under "scores" (the reference's shape) may be partial,
+    as the reference takes them: the row is scored on the dimensions present (its total their
+    mean) and the others are left out; an answer that scores none fails (the reference would
+    keep it, with a total of 0 that no figure counts). A flat object (no "scores", which the
+    reference refuses) is taken only whole. JudgementError says what is wrong."""
     data = {
         str(k).strip().lower(): v for k, v in _json_object(_evaluation_text(text or "")).items()
     }
     nested = data.get("scores")
-    if isinstance(nested, dict):
-        source = {str(k).strip().lower(): v for k, v in nested.items()}
-    else:
-        source = data
-    scores = {dim: _score(source.get(dim), dim) for dim in dimensions}
-    return Judgement(scores, _phrases(data.get("strengths")), _phrases(data.get("weaknesses")))
+    flat = not isinstance(nested, dict)
+    source = data if flat else {str(k).strip().lower(): v for k, v in nested.items()}
+    scores: dict[str, float] = {}
+    missing: list[str] = []
+    unreadable: list[str] = []
+    for dim in dimensions:
+        value = read_score(source.get(dim))
+        if value is not None:
+            scores[dim] = value
+        else:
+            missing.append(dim)
+            if source.get(dim) is not None:
+                unreadable.append(f"{dim!r} is not a number (got {source.get(dim)!r})")
+    if missing and (flat or not scores):
+        where = "in the JSON object" if flat else 'under "scores"'
+        detail = f" ({'; '.join(unreadable)})" if unreadable else ""
+        raise JudgementError(
+            f"missing dimensions {where}: " + _names([f"{d!r}" for d in missing]) + detail
+        )
+    return Judgement(
+        scores, _phrases(data.get("strengths")), _phrases(data.get("weaknesses")), missing
+    )
+
+
+def judge_shape_problem(text: str, dimensions: tuple[str, ...] = DIMENSIONS) -> str | None:
+    """What keeps a judge's answer from the judge answer shape (a JSON object scoring every
+    dimension 1-5), in words ("no JSON object", "missing dimensions: realism"); None when it
+    has it. Stricter than `parse_judgement`, which scores a partial answer: the Test of a
+    judge model asks for the whole shape."""
+    if not (text or "").strip():
+        return "no JSON object (an empty answer)"
+    try:
+        data = _json_object(_evaluation_text(text))
+    except JudgementError:
+        return "no JSON object"
+    data = {str(k).strip().lower(): v for k, v in data.items()}
+    nested = data.get("scores")
+    source = data if not isinstance(nested, dict) else nested
+    source = {str(k).strip().lower(): v for k, v in source.items()}
+    missing = [d for d in dimensions if source.get(d) is None]
+    unreadable = [
+        f"{d} ({source[d]!r})"
+        for d in dimensions
+        if d not in missing and read_score(source[d]) is None
+    ]
+    problems = []
+    if missing:
+        problems.append("missing dimensions: " + ", ".join(missing))
+    if unreadable:
+        problems.append("not a score 1-5: " + ", ".join(unreadable))
+    return "; ".join(problems) or None
 
 
 def total_score(scores: dict[str, float]) -> float:
@@ -338,6 +404,9 @@ def judged_row(row: dict, judgement: Judgement, prediction: str, raw: str, attem
     return {
         **row,
         **judgement.scores,
+        # a dimension a partial answer left out: the reference's invalid value, which no
+        # figure counts
+        **dict.fromkeys(judgement.missing, INVALID_SCORE),
         "total_score": judgement.total,
         "failed": 0.0,
         "strengths": judgement.strengths,

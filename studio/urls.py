@@ -29,6 +29,8 @@ urlpatterns = [
     path("", include("studio.views.evaluations")),
     path("", include("studio.views.annotations")),
     path("", include("studio.views.queues")),
+    path("", include("studio.views.adjudication")),
+    path("", include("studio.views.labels")),
     path("", include("studio.views.judging")),
     path("", include("studio.views.datasets")),
 ]

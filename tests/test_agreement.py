@@ -37,7 +37,7 @@ def queue_of(project, n_steps: int, per_item: int):
 
 
 def annotate(queue, user, step: Step, **fields) -> None:
-    StepAnnotation.objects.create(step=step, author=user, **fields)
+    StepAnnotation.objects.create(step=step, author=user, queue=queue, **fields)
     item = queue.items.get(step=step)
     QueueClaim.objects.create(
         item=item, user=user, expires_at=timezone.now(), done_at=timezone.now()

@@ -62,31 +62,43 @@ NESTED = json.dumps({"scores": FOUR, "strengths": ["same JSON shape"], "weakness
             reference_answer('{"scores": ' + json.dumps(FOUR) + ', "strengths": ["a', close_tag=""),
             FOUR,
         ),
-        # "4/5"-style values (another scale is brought to five), and a half point kept
+        # "4/5"-style values are read by their numerator, as the reference reads them: "6/10"
+        # is 6, clamped to 5 (not rescaled to 3); a float is rounded (3.5 to 4, 2.5 to 2:
+        # Python's round, as the reference's)
         (
             reference_answer(
                 json.dumps(
                     {
-                        "format": "4/5",
-                        "factuality": "6/10",
-                        "consistency": "5",
-                        "realism": 4.0,
-                        "quality": 3.5,
+                        "scores": {
+                            "format": "4/5",
+                            "factuality": "6/10",
+                            "consistency": "5",
+                            "realism": 4.0,
+                            "quality": 3.5,
+                        }
                     }
                 )  # fmt: skip
             ),
-            {"format": 4, "factuality": 3, "consistency": 5, "realism": 4, "quality": 3.5},
+            {"format": 4, "factuality": 5, "consistency": 5, "realism": 4, "quality": 4},
+        ),
+        (
+            reference_answer(
+                json.dumps(
+                    {"scores": dict(zip(DIMS, ["8/10", "3/10", 2.5, " 2 ", "1/5"], strict=True))}
+                )
+            ),
+            dict(zip(DIMS, [5, 3, 2, 2, 1], strict=True)),
         ),
         # out of range: clamped to 1-5
         (
-            reference_answer(json.dumps(dict(zip(DIMS, [7, 0, -2, 5, 1], strict=True)))),
-            dict(zip(DIMS, [5, 1, 1, 5, 1], strict=True)),
+            reference_answer(json.dumps({"scores": dict(zip(DIMS, [7, 9, 2, 5, 1], strict=True))})),
+            dict(zip(DIMS, [5, 5, 2, 5, 1], strict=True)),
         ),
     ],
 )
 def test_the_judge_parser_takes_what_the_reference_parser_takes(answer, scores):
     judgement = parse_judgement(answer)
-    assert judgement.scores == scores
+    assert judgement.scores == scores and judgement.missing == []
     assert judgement.total == sum(scores.values()) / 5
 
 
@@ -95,8 +107,41 @@ def test_strengths_and_weaknesses_are_kept_and_the_last_block_wins():
     judgement = parse_judgement(draft + "\nOn reflection:\n" + reference_answer(NESTED))
     assert judgement.scores == FOUR
     assert (judgement.strengths, judgement.weaknesses) == (["same JSON shape"], ["count"])
-    with pytest.raises(JudgementError, match="score 'realism' is missing"):
+    # a flat object (which the reference refuses) is taken only whole
+    with pytest.raises(JudgementError, match="missing dimensions in the JSON object: 'realism'"):
         parse_judgement(reference_answer(json.dumps({k: 3 for k in DIMS if k != "realism"})))
+
+
+def test_a_partial_answer_is_scored_on_the_dimensions_present_as_the_reference_does():
+    """The reference takes a "scores" object that lacks dimensions (or holds values it cannot
+    read, or 0): the row counts, its total is the mean of the dimensions present, and the
+    others are written 0, which no figure counts."""
+    from inference.judge import judged_row
+    from inference.scoring import score_rows
+
+    partial = {"format": 4, "factuality": 2, "consistency": 3}
+    answer = reference_answer(FENCED.format(body=json.dumps({"scores": partial})))
+    judgement = parse_judgement(answer)
+    assert judgement.scores == partial and judgement.missing == ["realism", "quality"]
+    assert judgement.total == 3.0
+    unreadable = {**FOUR, "realism": 0, "quality": "excellent"}
+    judgement = parse_judgement(reference_answer(json.dumps({"scores": unreadable})))
+    assert judgement.missing == ["realism", "quality"] and judgement.total == 4.0
+    # nothing scored at all: the judgement fails (and is asked again)
+    with pytest.raises(JudgementError, match='missing dimensions under "scores"'):
+        parse_judgement(reference_answer(json.dumps({"scores": {"format": "n/a"}})))
+
+    row = bench_row("t-1", "<predicted_observation>hi</predicted_observation>")
+    partly = judged_row(row, parse_judgement(answer), "hi", answer, 1)
+    assert (partly["realism"], partly["quality"], partly["total_score"]) == (0, 0, 3.0)
+    assert partly["failed"] == 0.0 and partly["scores"] == partial
+    whole = judged_row(row, parse_judgement(reference_answer(NESTED)), "hi", "", 1)
+    result = score_rows([partly, whole])
+    terminal = result["domains"]["terminal"]
+    assert (terminal["n"], terminal["failed"]) == (2, 0)  # the partial row counts
+    assert terminal["realism"] == 75.0  # only the whole row's 4: the partial one's 0 is out
+    assert terminal["format"] == 75.0  # (4 + 4) / 2
+    assert terminal["total"] == round(((3.0 + 4.0) / 2 - 1) / 4 * 100, 2)
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,11 @@ def queue_done(project):
         for person, verdict in zip(people, verdicts, strict=True):
             fix = "3 passed in 0.10s" if (item is d and person is people[1]) else ""
             StepAnnotation.objects.create(
-                step=item.step, author=person, verdict=verdict, corrected_observation=fix
+                step=item.step,
+                author=person,
+                queue=queue,
+                verdict=verdict,
+                corrected_observation=fix,
             )
             QueueClaim.objects.create(
                 item=item, user=person, expires_at="2030-01-01T00:00Z", done_at="2026-01-01T00:00Z"
@@ -234,7 +238,7 @@ def test_downloads_stream_each_format_and_roles_hold(client, project, queue_done
     # annotators download and see datasets, and make none
     response = client.get(url, {"format": "openai"})
     assert response.status_code == 200 and response.streaming
-    assert response["Content-Disposition"] == 'attachment; filename="sft-v1-openai.jsonl"'
+    assert response["Content-Disposition"] == 'attachment; filename="sft-v1-openai-wm.jsonl"'
     rows = [json.loads(x) for x in b"".join(response.streaming_content).decode().splitlines()]
     assert len(rows) == 3 and rows[0]["messages"][-1]["role"] == "assistant"
     assert client.get(reverse("dataset_new", args=[project.pk])).status_code == 403
@@ -245,10 +249,14 @@ def test_downloads_stream_each_format_and_roles_hold(client, project, queue_done
     zipped = client.get(url, {"format": "llamafactory", "style": "alpaca"})
     archive = zipfile.ZipFile(io.BytesIO(b"".join(zipped.streaming_content)))
     names = sorted(archive.namelist())
-    assert names == ["dataset_info.json", "sft-v1-llamafactory.jsonl"]
+    # the names say the format, the turns and the style
+    assert zipped["Content-Disposition"] == (
+        'attachment; filename="sft-v1-llamafactory-wm-alpaca.zip"'
+    )
+    assert names == ["dataset_info.json", "sft-v1-llamafactory-wm-alpaca.jsonl"]
     info = json.loads(archive.read("dataset_info.json"))
-    assert info["sft-v1"]["formatting"] == "alpaca"
-    data = archive.read("sft-v1-llamafactory.jsonl").decode().splitlines()
+    assert info["sft-v1"]["formatting"] == "alpaca" and info["sft-v1"]["mask_history"] is True
+    data = archive.read("sft-v1-llamafactory-wm-alpaca.jsonl").decode().splitlines()
     assert len(data) == 3 and "instruction" in json.loads(data[0])
     assert client.get(url, {"format": "nope"}).status_code == 400
     client.force_login(project.outsider)
@@ -387,10 +395,13 @@ def test_an_export_with_progress_is_written_by_a_worker_and_downloads_once_compl
     )
     assert done.items_done == 3 and done.rows == 3 and done.progress == 1.0
     html = client.get(reverse("export_job", args=[job.pk])).content.decode()
-    assert "3 of 3 steps read, 3 rows written" in html and "sft-v1-llamafactory.zip" in html
+    assert "3 of 3 steps read, 3 rows written" in html and "sft-v1-llamafactory-wm-sharegpt.zip" in html
     response = client.get(reverse("export_download", args=[job.pk]))
     archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
-    assert sorted(archive.namelist()) == ["dataset_info.json", "sft-v1-llamafactory.jsonl"]
+    assert sorted(archive.namelist()) == [
+        "dataset_info.json",
+        "sft-v1-llamafactory-wm-sharegpt.jsonl",
+    ]
     assert not [p for p in Path(done.stored_path).parent.iterdir() if p.name.startswith(".export-")]
     client.force_login(project.outsider)
     assert client.get(reverse("export_job", args=[job.pk])).status_code == 404

@@ -3,6 +3,8 @@ stored encrypted and never shown, "Test" against a real HTTP server on 127.0.0.1
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.urls import reverse
 
@@ -175,6 +177,60 @@ def test_test_button_shows_latency_or_the_exact_error(client, project, monkeypat
     ModelEndpoint.objects.filter(pk=endpoint.pk).update(base_url="http://127.0.0.1:10/v1")
     html = client.post(reverse("endpoint_test", args=[endpoint.pk]), headers=hx).content.decode()
     assert "$NO_SUCH_KEY_VAR may only be sent to http://127.0.0.1:9/v1" in html
+
+
+def judge_block(scores: dict) -> str:
+    block = {"scores": scores, "strengths": ["same files"], "weaknesses": []}
+    return (
+        f"Same listing.\n<final_evaluation>\n```json\n{json.dumps(block)}\n```\n</final_evaluation>"
+    )
+
+
+def test_testing_a_judge_asks_the_judge_prompt_and_checks_the_answer_shape(client, project):
+    """Test on a judge sends the real judge prompt on a built-in sample and reads the answer
+    as an evaluation would: a good answer says so, a bad one names what is wrong."""
+    from inference.judge import JUDGE_SYSTEM_PROMPT
+
+    client.force_login(project.users["admin"])
+    hx = {"HX-Request": "true"}
+    dims = ("format", "factuality", "consistency", "realism", "quality")
+    answer = {"text": judge_block(dict.fromkeys(dims, 5))}
+    with fake_openai_server(lambda body, index: answer["text"]) as srv:
+        add(client, project, name="grader", role="judge", base_url=srv.base_url, model="jm")
+        endpoint = ModelEndpoint.objects.get(name="grader")
+
+        def test() -> str:
+            r = client.post(reverse("endpoint_test", args=[endpoint.pk]), headers=hx)
+            assert r.status_code == 200
+            endpoint.refresh_from_db()
+            return r.content.decode()
+
+        html = test()
+        assert "answers in the judge shape" in html and "judge shape</span>" in html
+        assert endpoint.test_ok and endpoint.test_latency_ms > 0
+        sent = srv.requests[-1]
+        assert sent["messages"][0] == {"role": "system", "content": JUDGE_SYSTEM_PROMPT}
+        user = sent["messages"][1]["content"]
+        assert "## Reference observation" in user and "notes.txt" in user
+        assert sent["max_tokens"] > 1  # room for the judge's reasoning and its block
+
+        answer["text"] = judge_block({d: 4 for d in dims if d != "realism"})
+        html = test()
+        assert not endpoint.test_ok and "not the judge shape" in html
+        assert "missing dimensions: realism" in endpoint.test_detail
+        answer["text"] = judge_block({**dict.fromkeys(dims, 4), "quality": "great"})
+        test()
+        assert not endpoint.test_ok and "not a score 1-5: quality ('great')" in endpoint.test_detail
+        answer["text"] = "The prediction looks right to me."
+        test()
+        assert not endpoint.test_ok and "no JSON object" in endpoint.test_detail
+        assert "looks right to me" in endpoint.test_detail  # what it said instead
+    # a world model is still tested with one token
+    with fake_openai_server(lambda body, index: "ready") as srv:
+        add(client, project, name="plain", base_url=srv.base_url)
+        plain = ModelEndpoint.objects.get(name="plain")
+        client.post(reverse("endpoint_test", args=[plain.pk]), headers=hx)
+        assert srv.requests[-1]["max_tokens"] == 1
 
 
 def test_url_within_respects_hosts_ports_and_path_segments():

@@ -87,6 +87,19 @@ def test_an_evaluation_from_the_form_runs_on_a_worker_and_scores_like_the_refere
         world_bodies = [
             b for b in srv.requests if not b["messages"][0]["content"].startswith("You grade")
         ]
+        # the same settings again (the form's fixed default seed): the same samples
+        researcher_client.post(
+            reverse("evaluation_new", args=[project.pk]), form(world, judge, name="run B")
+        )
+        second = wait_for(
+            lambda: EvaluationRun.objects.filter(name="run B", status="succeeded").first(),
+            timeout=90,
+        )
+    assert second.sample_seed == run.sample_seed == 0
+    assert sorted(second.samples.values_list("key", flat=True)) == sorted(
+        run.samples.values_list("key", flat=True)
+    )
+    assert second.sample_set == run.sample_set and len(run.sample_set) == 64
     samples = list(EvaluationSample.objects.filter(run=run).order_by("step_index"))
     assert [s.step_index for s in samples] == list(
         range(len(TERMINAL_STEPS))
@@ -112,11 +125,14 @@ def test_an_evaluation_from_the_form_runs_on_a_worker_and_scores_like_the_refere
     csv_text = researcher_client.get(
         reverse("leaderboard", args=[project.pk]) + "?format=csv"
     ).content.decode()
-    assert f"run A,measured (run {run.pk})," in csv_text and "GPT-5.4,published,70.10" in csv_text
+    assert f"run A,measured,{run.pk},{run.sample_set},0,50,{n}," in csv_text
+    assert "GPT-5.4,published,,,,,,70.10,,," in csv_text
+    assert board.count(f'data-sample-set="{run.sample_set}"') == 1  # both runs, one set
     md = researcher_client.get(
         reverse("leaderboard", args=[project.pk]) + "?format=md"
     ).content.decode()
-    assert md.startswith("| Model | Source | MCP |") and "| run A |" in md
+    assert md.startswith("### Sample set") and "| Model | Source | Samples | MCP |" in md
+    assert "| run A |" in md
 
     # drill-down: worst first, and a sample with its judge's notes and the diff
     listing = researcher_client.get(
@@ -350,3 +366,211 @@ def test_a_run_over_imported_benchmark_files_asks_each_row_as_the_reference_does
         {**form(world, judge), "benchmark_files": ["nope.jsonl"]}, project=project
     )
     assert not refused.is_valid() and "benchmark_files" in refused.errors
+
+
+# ---- comparable evaluations: a sample set fixed by its settings ----------------------------
+
+
+def many_steps(domain: str, key: str) -> list[tuple[str, str]]:
+    return [(f"echo {domain} {key} {i}", f"{domain} {key} {i}") for i in range(4)]
+
+
+def make_pool(project, order=("k1", "k2", "k3")) -> None:
+    """Three trajectories in each of two domains (twelve steps per domain), made in `order`."""
+    for key in order:
+        for domain in ("terminal", "web"):
+            make_trajectory(
+                project, domain=domain, steps=many_steps(domain, key), title=f"{domain} {key}",
+                key=f"{domain}-{key}",
+            )  # fmt: skip
+
+
+def drawn(project, world, judge, **settings) -> tuple[list[str], str]:
+    """The identities (trajectory key, step) a run with these settings draws, and its digest."""
+    from studio.models import Trajectory
+    from studio.services import evaluations as service
+
+    data = service.EvaluationData(name="s", world=world, judge=judge, **settings)
+    run = service.start_evaluation(project, None, data)
+    found = service.draw_samples(run)
+    keys = {t.pk: t.source_key for t in Trajectory.objects.filter(project=project)}
+    return sorted(f"{keys[s.trajectory_id]}:{s.step_index}" for s in found.samples), found.digest
+
+
+@pytest.mark.django_db
+def test_the_same_settings_draw_the_same_samples_and_another_seed_draws_others(project, make_user):
+    from studio.models import Project
+
+    make_pool(project)
+    world, judge = endpoints(project, "http://127.0.0.1:9/v1")
+    first, digest = drawn(project, world, judge, limit_per_domain=3)
+    again, digest_again = drawn(project, world, judge, limit_per_domain=3)
+    assert first == again and digest == digest_again  # two runs, the same samples
+    assert len(first) == 6 and len(digest) == 64 and int(digest, 16) >= 0
+    assert sum(k.startswith("terminal-") for k in first) == 3  # the limit is per domain
+    # the seed the user sets decides the draw: other seeds, other sets
+    sets = {tuple(drawn(project, world, judge, limit_per_domain=3, sample_seed=s)[0])
+            for s in range(8)}  # fmt: skip
+    assert len(sets) >= 5
+    assert drawn(project, world, judge, limit_per_domain=3, sample_seed=1)[0] != first
+    # the domains and the limit are part of the settings too
+    web_only, web_digest = drawn(project, world, judge, limit_per_domain=3, domains=["web"])
+    assert web_only == [k for k in first if k.startswith("web-")] and web_digest != digest
+    assert drawn(project, world, judge, limit_per_domain=4)[1] != digest
+    # the database's ids do not matter: the same trajectories made in another order, in
+    # another project, draw the same steps
+    other = Project.objects.create(name="Same data, other ids")
+    make_pool(other, order=("k3", "k1", "k2"))
+    o_world, o_judge = endpoints(other, "http://127.0.0.1:9/v1")
+    assert drawn(other, o_world, o_judge, limit_per_domain=3) == (first, digest)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_runs_of_the_job_with_the_same_settings_score_the_same_samples(
+    project, isolated_queues
+):
+    """Through the job's own code (in a thread, as a worker runs it): the sample set is drawn
+    once, its digest and what it was drawn from kept on the run; the run page and the
+    leaderboard show it; Resume keeps it."""
+    from django.test import Client
+
+    from studio.services import evaluations as service
+
+    make_pool(project)
+    every = {"echo": [4, 4, 4, 4, 4]}  # every action of the pool
+    with fake_openai_server(judge_or_world(every)) as srv:
+        world, judge = endpoints(project, srv.base_url)
+        runs = []
+        for name in ("first", "second"):
+            data = service.EvaluationData(
+                name=name, world=world, judge=judge, limit_per_domain=3, sample_seed=7,
+                max_tokens=64, concurrency=2,
+            )  # fmt: skip
+            run = service.start_evaluation(project, None, data)
+            EvaluationRun.objects.filter(pk=run.pk).update(message_id=f"m-{name}")
+            _run_in_thread(run.pk, f"m-{name}")
+            run.refresh_from_db()
+            runs.append(run)
+        a, b = runs
+        assert a.status == b.status == JobStatus.SUCCEEDED, (a.error, b.error)
+        keys = [sorted(r.samples.values_list("key", flat=True)) for r in runs]
+        assert keys[0] == keys[1] and len(keys[0]) == 6
+        assert a.sample_set == b.sample_set and len(a.sample_set) == 64
+        assert a.params["sample_pool"] == {"terminal": 12, "web": 12}
+        assert a.samples_total == 6
+        # a resumed run keeps its set: the samples are not drawn again
+        EvaluationRun.objects.filter(pk=a.pk).update(status=JobStatus.FAILED)
+        a.samples.update(stage="infer_failed")
+        assert service.resume_evaluation(a)
+        EvaluationRun.objects.filter(pk=a.pk).update(message_id="m-again")
+        _run_in_thread(a.pk, "m-again")
+    a.refresh_from_db()
+    assert a.status == JobStatus.SUCCEEDED, a.error
+    assert sorted(a.samples.values_list("key", flat=True)) == keys[0]
+    assert a.sample_set == b.sample_set
+
+    client = Client()
+    client.force_login(project.users["annotator"])
+    page = client.get(reverse("evaluation_run", args=[a.pk])).content.decode()
+    assert 'id="sample-seed">7<' in page and f">{a.sample_set[:12]}</code>" in page
+    assert 'id="sample-count">6<' in page and "terminal 12, web 12" in page
+    assert reverse("evaluation_samples", args=[a.pk]) in page
+
+
+def finished_run(project, name, sample_set, scores_by_domain, **fields) -> EvaluationRun:
+    """A succeeded run with judged samples (`scores_by_domain`: domain -> one total each)."""
+    from studio.services import evaluations as service
+
+    samples = sum(len(v) for v in scores_by_domain.values())
+    run = EvaluationRun.objects.create(
+        project=project, name=name, world_kind="openai", world_model=f"wm-{name}",
+        judge_model="jm", judge_base_url="http://x/v1", status=JobStatus.SUCCEEDED,
+        sample_set=sample_set, samples_total=samples, **fields,
+    )  # fmt: skip
+    for domain, totals in scores_by_domain.items():
+        for i, score in enumerate(totals):
+            EvaluationSample.objects.create(
+                run=run, domain=domain, step_index=i, key=f"{domain}:{i}", stage="judged",
+                judgement={**dict.fromkeys(DIMS, score), "total_score": score, "failed": 0.0},
+                total_score=score,
+            )  # fmt: skip
+    EvaluationRun.objects.filter(pk=run.pk).update(results=service.figures(run))
+    run.refresh_from_db()
+    return run
+
+
+@pytest.mark.django_db
+def test_the_leaderboard_groups_runs_by_sample_set_counts_them_and_exports_numbers(client, project):
+    import csv
+    import io
+
+    set_a, set_b = "a" * 64, "b" * 64
+    low = finished_run(project, "low", set_a, {"terminal": [2, 2, 2]}, sample_seed=0)
+    high = finished_run(project, "high", set_a, {"terminal": [4, 5, 4]}, sample_seed=0)
+    other = finished_run(project, "other set", set_b, {"terminal": [5], "web": [1]},
+                         sample_seed=3, limit_per_domain=1)  # fmt: skip
+    client.force_login(project.users["annotator"])
+    html = client.get(reverse("leaderboard", args=[project.pk])).content.decode()
+    # one part per set, ranked within it; the published figures a part of their own
+    parts = html.split('<tbody class="sample-set')
+    assert len(parts) == 4  # the table head, two sets, the published figures
+    newest_set, older_set, published = parts[1], parts[2], parts[3]
+    assert f'data-sample-set="{set_b}"' in newest_set and "other set" in newest_set
+    assert f"Sample set {set_b[:12]} · 2 samples · a subset" in newest_set
+    assert "seed 3, at most 1 per domain, recorded trajectories, every domain" in newest_set
+    assert f'data-sample-set="{set_a}"' in older_set and "3 samples" in older_set
+    assert older_set.index(">high</a>") < older_set.index(">low</a>")  # best first, in its set
+    assert "published-set" in published and published.count('class="published"') == 14
+    note = published.split('id="published-note">', 1)[1].split("</td>", 1)[0]
+    assert "full AgentWorldBench" in note and "not ranked with them" in note
+    assert f"3 samples (set {set_a[:12]}, a subset)" in note
+    assert f"2 samples (set {set_b[:12]}, a subset)" in note
+    # each row says how many samples it was scored on
+    assert '<td class="sample-count">3</td>' in older_set
+    assert '<td class="sample-count">2</td>' in newest_set
+
+    rows = list(csv.DictReader(io.StringIO(
+        client.get(reverse("leaderboard", args=[project.pk]) + "?format=csv").content.decode()
+    )))  # fmt: skip
+    by_model = {r["model"]: r for r in rows}
+    assert by_model["high"]["run"] == str(high.pk) and by_model["high"]["sample_set"] == set_a
+    assert by_model["high"]["samples"] == "3" and by_model["high"]["Terminal valid"] == "3"
+    assert by_model["high"]["Terminal"] == f"{(13 / 3 - 1) / 4 * 100:.2f}"
+    assert by_model["other set"]["sample_seed"] == "3" and by_model["other set"]["Web"] == "0.00"
+    assert by_model["low"]["Overall"] == ""  # no overall without every domain: empty
+    assert by_model["GPT-5.4"]["Terminal"] == "53.69" and by_model["GPT-5.4"]["samples"] == ""
+    assert by_model["GPT-5.4"]["Terminal valid"] == ""  # not measured here: no count
+    numeric = [k for k in rows[0] if k not in ("model", "source", "sample_set")]
+    for row in rows:
+        for column in numeric:
+            if row[column]:
+                float(row[column])  # numbers only, or empty
+    assert low.pk and other.pk
+
+    md = client.get(reverse("leaderboard", args=[project.pk]) + "?format=md").content.decode()
+    assert f"### Sample set {set_a[:12]} · 3 samples" in md
+    assert "> Published figures are on the full AgentWorldBench" in md
+    assert "| Model | Source | Samples | MCP |" in md
+
+
+@pytest.mark.django_db
+def test_a_run_of_the_whole_imported_benchmark_is_named_so(project):
+    from studio.presenters.leaderboard import group_heading, published_note
+    from studio.services import evaluations as service
+
+    pool = dict.fromkeys(service.DOMAINS, 10)
+    whole = finished_run(
+        project, "whole", "c" * 64, {"terminal": [3]}, source="benchmark",
+        limit_per_domain=50, params={"sample_pool": pool},
+    )  # fmt: skip
+    assert service.is_full_benchmark(whole)
+    groups = service.leaderboard(project)
+    assert "every recorded step of the seven domains" in group_heading(groups[0])
+    assert "the whole benchmark as imported here" in published_note(groups)
+    cut = {**pool, "web": 51}  # the limit left some out
+    EvaluationRun.objects.filter(pk=whole.pk).update(params={"sample_pool": cut})
+    whole.refresh_from_db()
+    assert not service.is_full_benchmark(whole)
+    EvaluationRun.objects.filter(pk=whole.pk).update(params={"sample_pool": pool}, domains=["web"])
+    whole.refresh_from_db()
+    assert not service.is_full_benchmark(whole)

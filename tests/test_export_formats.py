@@ -13,6 +13,7 @@ from inference.prompts import build_messages, build_system_prompt, reference_mes
 from inference.types import Turn
 from studio.exports.examples import Example, ExportTurn
 from studio.exports.formats import (
+    EMPTY_THINK,
     FORMATS,
     SHAREGPT_TAGS,
     ExportOptions,
@@ -29,6 +30,8 @@ ALPACA_WM = ExportOptions(llamafactory_style="alpaca")
 ALPACA_AGENT = ExportOptions(turns="agent", llamafactory_style="alpaca")
 
 TERMINAL_TASK = "Find out why main.py fails."
+# agent turns start from the task and the state the agent started in (step 0's)
+TERMINAL_START = TERMINAL_TASK + "\n\n**Current State:**\n/home/user"
 
 
 def examples_of(steps: list[ExportTurn], **fields) -> list[Example]:
@@ -161,6 +164,27 @@ def awb_examples() -> list[Example]:
     return [replace(e, awb_row=rows.get(e.position)) for e in examples]
 
 
+def predicted(observation: str) -> str:
+    return f"<predicted_observation>\n{observation}\n</predicted_observation>"
+
+
+def unmarked(messages: list[dict]) -> list[dict]:
+    """The messages without their training marks (OpenAI's weight, ms-swift's loss)."""
+    return [{k: v for k, v in m.items() if k not in ("weight", "loss")} for m in messages]
+
+
+def in_trained_shape(messages: list[dict], history: list[ExportTurn]) -> list[dict]:
+    """The studio's messages with each earlier assistant turn in the answer shape the model
+    is trained in (what the chat exports write)."""
+    answers = iter(history)
+    return [
+        {"role": "assistant", "content": predicted(next(answers).observation)}
+        if m["role"] == "assistant"
+        else m
+        for m in messages
+    ]
+
+
 def turn_of(step: ExportTurn) -> Turn:
     return Turn(
         action=step.action,
@@ -178,34 +202,46 @@ def turn_of(step: ExportTurn) -> Turn:
     "make", [lambda: examples_of(terminal_steps()), mcp_examples], ids=["terminal", "mcp"]
 )
 def test_wm_prompts_are_the_prompts_the_studio_sends(make):
+    """The turn prompts are the studio's; every assistant turn, earlier ones and the target,
+    answers in the shape the model is trained in; only the target is marked as trained."""
     for example in make():
         if example.turn.final:
             continue
-        expected = build_messages(
-            example.system_prompt,
-            [turn_of(s) for s in example.history],
-            turn_of(example.turn),
-            example.task_instruction,
+        expected = in_trained_shape(
+            build_messages(
+                example.system_prompt,
+                [turn_of(s) for s in example.history],
+                turn_of(example.turn),
+                example.task_instruction,
+            ),
+            example.history,
         )
         messages = row_for("openai", example, WM)["messages"]
-        assert messages[:-1] == expected
-        assert messages[-1] == {
-            "role": "assistant",
-            "content": f"<predicted_observation>\n{example.turn.observation}\n</predicted_observation>",
-        }
-        assert row_for("ms-swift", example, WM) == {"messages": messages}
+        assert unmarked(messages[:-1]) == expected
+        target = {"role": "assistant", "content": predicted(example.turn.observation)}
+        assert messages[-1] == {**target, "weight": 1}
+        assert [m.get("weight") for m in messages if m["role"] == "assistant"] == [0] * len(
+            example.history
+        ) + [1]
+        swift = row_for("ms-swift", example, WM)["messages"]
+        assert unmarked(swift) == unmarked(messages)
+        assert [m.get("loss") for m in swift if m["role"] == "assistant"] == [False] * len(
+            example.history
+        ) + [True]
         turns = row_for("wm-turns", example, WM)
-        assert turns["prompt"] == expected and turns["completion"] == messages[-1:]
+        assert turns["prompt"] == expected and turns["completion"] == [target]
 
 
 def test_wm_prompt_of_an_imported_benchmark_turn_is_the_reference_one():
     example = awb_examples()[2]
     row = row_for("agentworldbench", example, WM)
-    messages = row_for("openai", example, WM)["messages"]
-    # the corrected turn 2 is shown re-formatted, the others verbatim
-    assert messages[:-1] == reference_messages(row)
-    assert messages[4]["content"] == "**Environment Observation:**\nhello\nthere"
+    messages = unmarked(row_for("openai", example, WM)["messages"])
+    # the turn prompts verbatim; the earlier answers in the trained shape (turn 2 corrected)
+    assert messages[:-1] == in_trained_shape(reference_messages(row), example.history)
+    assert messages[4]["content"] == predicted("hello\nthere")
     assert messages[1]["content"] == AWB_PROMPTS[0]
+    # the benchmark row itself is the file's, answers and all
+    assert row["response"][:2] == [AWB_RESPONSES[0], "**Environment Observation:**\nhello\nthere"]
 
 
 def test_thinking_only_with_the_option_and_only_the_world_models():
@@ -217,12 +253,16 @@ def test_thinking_only_with_the_option_and_only_the_world_models():
     assert with_thinking == (
         "<think>\nmain.py imports yaml, which is not installed.\n</think>\n\n" + plain
     )
-    # step 3's thinking is the agent's: never in a world-model target
+    # step 3's thinking is the agent's: never in a world-model target, which (like every
+    # target of a thinking export) opens with a think block: an empty one
     agent_thought = row_for("openai", examples[2], thinking)["messages"][-1]["content"]
-    assert "<think>" not in agent_thought
+    assert agent_thought == EMPTY_THINK + predicted("Successfully installed pyyaml-6.0")
+    assert "agent wants" not in agent_thought
     # earlier turns show observations only, never thinking
     history = row_for("openai", examples[2], thinking)["messages"][:-1]
     assert not any("<think>" in m["content"] for m in history)
+    # without the option, no think block at all
+    assert not row_for("openai", examples[2], WM)["messages"][-1]["content"].startswith("<think>")
     assert "<think>" in row_for("wm-turns", examples[1], thinking)["completion"][0]["content"]
 
 
@@ -297,7 +337,9 @@ def test_openai_agent_turns_hold_tool_calls_and_tool_results():
                 "function": {"name": "get_order", "arguments": '{"order_id": "#W1"}'},
             }
         ],
+        "weight": 0,  # an earlier action: not trained
     }
+    assert target["weight"] == 1
     assert json.loads(call["tool_calls"][0]["function"]["arguments"]) == {"order_id": "#W1"}
     assert result == {
         "role": "tool",
@@ -307,7 +349,7 @@ def test_openai_agent_turns_hold_tool_calls_and_tool_results():
     # no call id recorded: one made from the step's index
     assert target["tool_calls"][0]["id"] == "call_1"
     assert target["tool_calls"][0]["function"]["name"] == "cancel_order"
-    assert row_for("openai", first, AGENT)["messages"][2:] == [call]
+    assert row_for("openai", first, AGENT)["messages"][2:] == [{**call, "weight": 1}]
 
 
 def test_agent_turns_without_tool_calls_are_plain_messages():
@@ -316,15 +358,33 @@ def test_agent_turns_without_tool_calls_are_plain_messages():
     assert list(row) == ["messages"]  # no tools, no tools key
     assert row["messages"] == [
         {"role": "system", "content": agent_system_prompt("terminal")},
-        {"role": "user", "content": TERMINAL_TASK},
-        {"role": "assistant", "content": "ls"},
+        {"role": "user", "content": TERMINAL_START},
+        {"role": "assistant", "content": "ls", "weight": 0},
         {"role": "user", "content": "main.py\nREADME.md"},
-        {"role": "assistant", "content": "python main.py"},
+        {"role": "assistant", "content": "python main.py", "weight": 0},
         {"role": "user", "content": "ImportError: no module named yaml"},
-        {"role": "assistant", "content": "pip install pyyaml"},
+        {"role": "assistant", "content": "pip install pyyaml", "weight": 1},
     ]
-    untitled = examples_of(terminal_steps(), task_instruction="")[0]
+    steps = terminal_steps()
+    steps[0] = replace(steps[0], state="")
+    untitled = examples_of(steps, task_instruction="")[0]
     assert row_for("openai", untitled, AGENT)["messages"][1]["content"] == "main.py fails"
+
+
+def test_agent_turns_carry_the_trajectorys_own_system_prompt_and_initial_state():
+    own = "You are a careful shell agent. One command per reply."
+    example = examples_of(terminal_steps(), agent_system_prompt=own)[1]
+    for fmt in ("openai", "ms-swift", "agent-turns"):
+        row = row_for(fmt, example, AGENT)
+        messages = row["messages"] if "messages" in row else row["prompt"]
+        assert messages[0] == {"role": "system", "content": own}
+        assert messages[1]["content"] == TERMINAL_START
+    for options in (AGENT, ALPACA_AGENT):
+        row = row_for("llamafactory", example, options)
+        assert row["system"] == own
+    assert row_for("sharegpt", example, AGENT)["conversations"][0]["value"] == TERMINAL_START
+    # world-model turns keep the world model's system prompt
+    assert row_for("openai", example, WM)["messages"][0]["content"] == example.system_prompt
 
 
 def test_an_empty_action_gives_no_agent_row():
@@ -366,13 +426,13 @@ def test_sharegpt_agent_turns_use_function_call_and_observation():
 def test_alpaca_agent_turns():
     examples = examples_of(terminal_steps())
     first = row_for("llamafactory", examples[0], ALPACA_AGENT)
-    assert first["instruction"] == TERMINAL_TASK and first["history"] == []
+    assert first["instruction"] == TERMINAL_START and first["history"] == []
     assert first["output"] == "ls"
     third = row_for("llamafactory", examples[2], ALPACA_AGENT)
     assert third["instruction"] == "ImportError: no module named yaml"
     assert third["output"] == "pip install pyyaml"
     assert third["history"] == [
-        [TERMINAL_TASK, "ls"],
+        [TERMINAL_START, "ls"],
         ["main.py\nREADME.md", "python main.py"],
     ]
     assert third["system"] == agent_system_prompt("terminal")
@@ -415,7 +475,7 @@ def test_turn_rows_carry_meta():
     agent = row_for("agent-turns", example, WM)  # the options' turns do not matter here
     assert list(agent) == ["prompt", "completion", "tools", "meta"]
     assert agent["meta"] == expected_meta
-    messages = row_for("openai", example, AGENT)["messages"]
+    messages = unmarked(row_for("openai", example, AGENT)["messages"])
     assert agent["prompt"] == messages[:-1] and agent["completion"] == messages[-1:]
     assert row_for("wm-turns", examples_of(terminal_steps())[0], WM)["meta"]["corrected"] is False
 
@@ -526,11 +586,9 @@ def test_branches_of_equal_length_do_not_share_their_memo():
     other = examples_of(other_steps)
     for _ in range(2):  # alternate between the two branches
         assert row_for("openai", terminal[2], WM)["messages"][2]["content"] == (
-            "**Environment Observation:**\nmain.py\nREADME.md"
+            predicted("main.py\nREADME.md")
         )
-        assert row_for("openai", other[2], WM)["messages"][2]["content"] == (
-            "**Environment Observation:**\n/home/user"
-        )
+        assert row_for("openai", other[2], WM)["messages"][2]["content"] == predicted("/home/user")
 
 
 def test_dataset_info_entries():
@@ -541,6 +599,8 @@ def test_dataset_info_entries():
             "formatting": "sharegpt",
             "tags": SHAREGPT_TAGS,
             "columns": {"messages": "conversations", "system": "system"},
+            # only the last turn (the target) trains with LLaMA-Factory's mask_history
+            "mask_history": True,
         }
     }
     assert SHAREGPT_TAGS == {

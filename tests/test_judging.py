@@ -102,8 +102,11 @@ def test_a_judgement_without_a_reference_reads_its_two_dimensions_only():
         judge_answer({"consistency": 5, "realism": "3/5"}), NO_REFERENCE_DIMENSIONS
     )
     assert found.scores == {"consistency": 5, "realism": 3} and found.total == 4
-    with pytest.raises(ValueError, match="realism"):
-        parse_judgement(judge_answer({"consistency": 5}), NO_REFERENCE_DIMENSIONS)
+    # a partial answer is scored on what it scores, as the reference's parser takes it
+    partial = parse_judgement(judge_answer({"consistency": 5}), NO_REFERENCE_DIMENSIONS)
+    assert partial.scores == {"consistency": 5} and partial.missing == ["realism"]
+    with pytest.raises(ValueError, match="missing dimensions .*'consistency', 'realism'"):
+        parse_judgement(judge_answer({"format": 5}), NO_REFERENCE_DIMENSIONS)
 
 
 @pytest.mark.django_db

@@ -23,6 +23,7 @@ from django.utils import timezone
 from studio.archive import codec
 from studio.archive.files import carried
 from studio.archive.schema import Plan, plans
+from studio.exports.files import default_file_mode
 from studio.models import Project
 
 ROW_CHUNK = 2000  # rows fetched at a time
@@ -132,6 +133,7 @@ def export_project(
     result = ExportResult(path=out)
     try:
         with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+            os.fchmod(raw.fileno(), default_file_mode())  # mkstemp's 0600, as a new file's
             with snapshot():
                 _write(project, gz, result, with_files, progress)
         os.replace(tmp, out)

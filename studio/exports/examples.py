@@ -29,6 +29,9 @@ class ExportTurn:
     call_id: str = ""
     final: bool = False  # the agent's final answer: no observation follows
     meta: dict[str, Any] = field(default_factory=dict)
+    # a review of the step rejected it (`studio.services.datasets.rejected_steps`); read
+    # only by exports that drop rows whose context holds a rejected step
+    rejected: bool = False
 
 
 @dataclass(slots=True)
@@ -49,6 +52,9 @@ class Example:
     # "total_turns", "current_prompt"} of the file's row for this turn, so the export writes
     # the same row back; None for every other step.
     awb_row: dict[str, Any] | None = None
+    # the agent's own system prompt as the trajectory recorded it (its importer's
+    # `metadata["agent_system_prompt"]`); empty: agent turns use `agent_system_prompt(domain)`
+    agent_system_prompt: str = ""
 
     @property
     def turn(self) -> ExportTurn:

@@ -8,9 +8,27 @@
 - `wm-turns`, `agent-turns`: TRL conversational prompt-completion rows of the world-model or
   the agent turn, with a `meta` column naming where each row came from.
 
-World-model prompts are built with `inference.prompts`, so they are byte-identical to what
-the studio sends the model. Rows of one branch share their history messages and lists
-(computed once per branch): treat rows as read-only."""
+What trains. A row holds one reviewed target (the dataset item's step) after its context
+(the branch's earlier steps). Every format marks or places that context so that trainers
+learn the target only, in the trainer's own convention:
+
+- `openai`: per-message `weight` (OpenAI fine-tuning): 0 on every earlier assistant turn,
+  1 on the target.
+- `ms-swift`: per-message `loss` (ms-swift's custom-dataset field, above `--loss_scale`):
+  false on every earlier assistant / tool_call turn, true on the target.
+- `sharegpt`, `llamafactory` (both styles): LLaMA-Factory has no per-turn mark; it trains
+  every assistant turn unless trained with `mask_history: true` (then only the last turn,
+  the target). The dataset_info.json entry says so (`mask_history`), as does the export page.
+- `wm-turns`, `agent-turns`: TRL prompt-completion rows: the context is the prompt, the
+  target the completion, which is all TRL trains (`completion_only_loss`, its default for
+  such rows). TRL's `assistant_only_loss` on messages rows would train every assistant turn.
+
+Every world-model turn of a row, earlier ones and the target alike, is written in the shape
+the model is trained to answer in (`<predicted_observation>...</predicted_observation>`).
+The turn prompts are built with `inference.prompts`, so they are byte-identical to what the
+studio sends the model; `agentworldbench` rows are the benchmark's own shape (earlier turns
+as `**Environment Observation:**` messages), unchanged. Rows of one branch share their
+history messages and lists (computed once per branch): treat rows as read-only."""
 
 from __future__ import annotations
 
@@ -20,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from inference.prompts import format_observation, format_turn_prompt
+from inference.prompts import STATE_HEADER, format_observation, format_turn_prompt
 from inference.types import Turn
 from studio.exports.examples import Example, ExportTurn
 
@@ -39,6 +57,13 @@ class ExportOptions:
     turns: str = "wm"  # "wm" (world-model turns) | "agent" (agent turns), chat formats only
     thinking: bool = False  # the world model's thinking before the observation (wm targets)
     llamafactory_style: str = "sharegpt"  # "sharegpt" | "alpaca"
+    # leave out rows whose context (earlier steps of the branch) holds a rejected step
+    drop_rejected_context: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExportOptions:
+        """The options stored as a dict (an export job's `options`), ignoring other keys."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 class UnknownFormat(ValueError):
@@ -132,6 +157,53 @@ _ENVIRONMENTS = {
 }
 
 
+# The empty think block: what a `--thinking` target without world-model thinking is written
+# with, so every target of such an export opens with a think block (Qwen3's chat template
+# writes the same empty block for an answer given without thinking).
+EMPTY_THINK = "<think>\n\n</think>\n\n"
+
+
+def trains_world_model(fmt: str, options: ExportOptions) -> bool:
+    """Whether the rows of `fmt` with `options` train world-model targets (not agent turns,
+    not benchmark rows)."""
+    if fmt == "wm-turns":
+        return True
+    spec = FORMATS.get(fmt)
+    return bool(spec and spec.has_turns_option and options.turns == "wm")
+
+
+def has_thinking(turn: ExportTurn) -> bool:
+    """Whether a world-model target has thinking of its own to write (the world model's,
+    not the agent's; a corrected observation keeps none)."""
+    return turn.thinking_is_world_model and bool(turn.thinking.strip())
+
+
+def context_rejected(example: Example) -> bool:
+    """Whether an earlier step of the example's branch (its context) was rejected."""
+    first = _memoized(
+        example,
+        "first-rejected",
+        lambda: next((i for i, s in enumerate(example.steps) if s.rejected), len(example.steps)),
+    )
+    return first < example.position
+
+
+def file_suffix(fmt: str, options: ExportOptions) -> str:
+    """What an export file's name says after the format: the turns, LLaMA-Factory's style,
+    thinking and a dropped rejected context (`openai-wm`, `llamafactory-agent-alpaca`)."""
+    parts = [fmt]
+    spec = FORMATS.get(fmt)
+    if spec is not None and spec.has_turns_option:
+        parts.append(_turns(options))
+    if fmt == "llamafactory":
+        parts.append(_style(options))
+    if options.thinking and trains_world_model(fmt, options):
+        parts.append("thinking")
+    if options.drop_rejected_context and fmt != "agentworldbench":
+        parts.append("reviewed-context")
+    return "-".join(parts)
+
+
 def agent_system_prompt(domain: str) -> str:
     """The agent's system message in agent turns (tools travel in the format's own slot)."""
     where = _ENVIRONMENTS.get(domain, "a software environment")
@@ -172,6 +244,10 @@ def dataset_info_entry(name: str, options: ExportOptions, file_name: str) -> dic
     if agent:
         columns["tools"] = "tools"
     entry["columns"] = columns
+    # LLaMA-Factory trains every assistant turn of a row unless `mask_history` (a training
+    # argument, which it does not read from here): the entry names it so the file says how
+    # these rows train; set `mask_history: true` in the training config.
+    entry["mask_history"] = True
     return {name: entry}
 
 
@@ -260,41 +336,63 @@ def _memoized(example: Example, key: str, build: Callable[[], Any]) -> Any:
 # -- world-model turns --------------------------------------------------------------------------
 
 
+def _wm_answer(turn: ExportTurn) -> str:
+    """A world-model turn's answer in the shape the model is trained to answer in (its
+    observation, corrected where it was): earlier turns and the target alike."""
+    return f"<predicted_observation>\n{turn.observation}\n</predicted_observation>"
+
+
 def _wm_target(turn: ExportTurn, options: ExportOptions) -> str:
-    answer = f"<predicted_observation>\n{turn.observation}\n</predicted_observation>"
-    if options.thinking and turn.thinking_is_world_model:
-        thinking = turn.thinking.strip()
-        if thinking:
-            return f"<think>\n{thinking}\n</think>\n\n{answer}"
-    return answer
+    answer = _wm_answer(turn)
+    if not options.thinking:
+        return answer
+    if has_thinking(turn):
+        return f"<think>\n{turn.thinking.strip()}\n</think>\n\n{answer}"
+    return EMPTY_THINK + answer
 
 
-def _wm_chat_history(example: Example) -> list[dict[str, Any]]:
+def _answers(example: Example) -> list[str]:
+    return _memoized(example, "answers", lambda: [_wm_answer(s) for s in example.steps])
+
+
+# the mark an earlier assistant turn carries / the target carries, per chat format
+_NO_MARK: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+_WEIGHT: tuple[dict[str, Any], dict[str, Any]] = ({"weight": 0}, {"weight": 1})  # OpenAI
+_LOSS: tuple[dict[str, Any], dict[str, Any]] = ({"loss": False}, {"loss": True})  # ms-swift
+
+
+def _wm_chat_history(example: Example, key: str, marks: tuple[dict, dict]) -> list[dict]:
     def build() -> list[dict[str, Any]]:
-        prompts, responses = _base(example)
+        prompts, _ = _base(example)
         flat: list[dict[str, Any]] = []
-        for prompt, response in zip(prompts, responses, strict=True):
+        for prompt, answer in zip(prompts, _answers(example), strict=True):
             flat.append({"role": "user", "content": prompt})
-            flat.append({"role": "assistant", "content": response})
+            flat.append({"role": "assistant", "content": answer, **marks[0]})
         return flat
 
-    return _memoized(example, "wm-chat", build)
+    return _memoized(example, key, build)
 
 
-def _wm_chat(example: Example, options: ExportOptions) -> list[dict[str, Any]] | None:
-    """system?, user/assistant per earlier turn, the current user turn prompt, the target."""
+def _wm_chat(
+    example: Example,
+    options: ExportOptions,
+    key: str = "wm-chat",
+    marks: tuple[dict[str, Any], dict[str, Any]] = _NO_MARK,
+) -> list[dict[str, Any]] | None:
+    """system?, user/assistant per earlier turn, the current user turn prompt, the target;
+    earlier assistant turns carry `marks[0]`, the target `marks[1]`."""
     turn = example.turn
     if turn.final:
         return None
     position = example.position
     prompts, _ = _base(example)
-    history = _wm_chat_history(example)
+    history = _wm_chat_history(example, key, marks)
     messages: list[dict[str, Any]] = (
         [{"role": "system", "content": example.system_prompt}] if example.system_prompt else []
     )
     messages += history[: 2 * position]
     messages.append({"role": "user", "content": prompts[position]})
-    messages.append({"role": "assistant", "content": _wm_target(turn, options)})
+    messages.append({"role": "assistant", "content": _wm_target(turn, options), **marks[1]})
     return messages
 
 
@@ -304,11 +402,11 @@ def _wm_sharegpt(example: Example, options: ExportOptions) -> dict[str, Any] | N
         return None
 
     def build() -> list[dict[str, Any]]:
-        prompts, responses = _base(example)
+        prompts, _ = _base(example)
         flat: list[dict[str, Any]] = []
-        for prompt, response in zip(prompts, responses, strict=True):
+        for prompt, answer in zip(prompts, _answers(example), strict=True):
             flat.append({"from": "human", "value": prompt})
-            flat.append({"from": "gpt", "value": response})
+            flat.append({"from": "gpt", "value": answer})
         return flat
 
     position = example.position
@@ -325,8 +423,8 @@ def _wm_alpaca(example: Example, options: ExportOptions) -> dict[str, Any] | Non
         return None
 
     def build() -> list[list[str]]:
-        prompts, responses = _base(example)
-        return [[p, r] for p, r in zip(prompts, responses, strict=True)]
+        prompts, _ = _base(example)
+        return [[p, a] for p, a in zip(prompts, _answers(example), strict=True)]
 
     position = example.position
     prompts, _ = _base(example)
@@ -383,7 +481,16 @@ def _calls(example: Example) -> list[_Call | None]:
 
 
 def _agent_user(example: Example) -> str:
-    return example.task_instruction or example.title
+    """The first user message of agent turns: the task, and the state the agent started in
+    where the trajectory recorded one (step 0's current state)."""
+    task = example.task_instruction or example.title
+    state = example.steps[0].state.strip() if example.steps else ""
+    return f"{task}\n\n{STATE_HEADER}\n{state}" if state else task
+
+
+def _agent_system(example: Example) -> str:
+    """The agent's own system prompt where the trajectory has one, else the generic one."""
+    return example.agent_system_prompt or agent_system_prompt(example.domain)
 
 
 def _function_schema(tool: Any) -> dict[str, Any] | None:
@@ -433,15 +540,15 @@ def _no_action(example: Example) -> bool:
     return not example.turn.action.strip()
 
 
-def _agent_openai_steps(example: Example) -> list[dict[str, Any]]:
-    """Per step: the agent's message (text, or an assistant tool call), then the
-    observation (a `tool` message answering the call, or a user message)."""
+def _agent_openai_steps(example: Example, key: str, mark: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per step: the agent's message (text, or an assistant tool call) carrying `mark`, then
+    the observation (a `tool` message answering the call, or a user message)."""
 
     def build() -> list[dict[str, Any]]:
         flat: list[dict[str, Any]] = []
         for step, call in zip(example.steps, _calls(example), strict=True):
             if call is None:
-                flat.append({"role": "assistant", "content": step.action})
+                flat.append({"role": "assistant", "content": step.action, **mark})
                 flat.append({"role": "user", "content": step.observation})
                 continue
             flat.append(
@@ -455,23 +562,30 @@ def _agent_openai_steps(example: Example) -> list[dict[str, Any]]:
                             "function": {"name": call.name, "arguments": call.arguments_json},
                         }
                     ],
+                    **mark,
                 }
             )
             flat.append({"role": "tool", "tool_call_id": call.id, "content": step.observation})
         return flat
 
-    return _memoized(example, "agent-openai", build)
+    return _memoized(example, key, build)
 
 
-def _agent_openai(example: Example) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
-    """(messages up to and including the target action, tools) of an agent turn."""
+def _agent_openai(
+    example: Example, key: str = "agent-openai", marks: tuple[dict, dict] = _NO_MARK
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """(messages up to and including the target action, tools) of an agent turn; the earlier
+    actions carry `marks[0]`, the target `marks[1]`."""
     if _no_action(example):
         return None
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": agent_system_prompt(example.domain)},
+        {"role": "system", "content": _agent_system(example)},
         {"role": "user", "content": _agent_user(example)},
     ]
-    messages += _agent_openai_steps(example)[: 2 * example.position + 1]
+    flat = _agent_openai_steps(example, key, marks[0])
+    at = 2 * example.position
+    messages += flat[:at]
+    messages.append({**flat[at], **marks[1]})  # a copy: the branch's lists are shared
     return messages, _openai_tools(example)
 
 
@@ -494,18 +608,24 @@ SWIFT_AGENT_ROLES = ("assistant", "user", "tool_call", "tool_response")
 
 
 def _agent_flat(
-    example: Example, key: str, fields: tuple[str, str], roles: tuple[str, str, str, str]
+    example: Example,
+    key: str,
+    fields: tuple[str, str],
+    roles: tuple[str, str, str, str],
+    mark: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per step: the agent's text (or its tool call as `{"name","arguments"}` JSON), then the
-    observation, as `{fields[0]: role, fields[1]: text}` messages (once per branch)."""
+    """Per step: the agent's text (or its tool call as `{"name","arguments"}` JSON) carrying
+    `mark`, then the observation, as `{fields[0]: role, fields[1]: text}` messages (once per
+    branch)."""
     said, answer, call_role, result = roles
     role_key, text_key = fields
+    mark = mark or {}
 
     def build() -> list[dict[str, Any]]:
         flat: list[dict[str, Any]] = []
         texts = _agent_text(example)
         for step, call, text in zip(example.steps, _calls(example), texts, strict=True):
-            flat.append({role_key: said if call is None else call_role, text_key: text})
+            flat.append({role_key: said if call is None else call_role, text_key: text, **mark})
             flat.append({role_key: answer if call is None else result, text_key: step.observation})
         return flat
 
@@ -522,7 +642,7 @@ def _agent_sharegpt(example: Example) -> dict[str, Any] | None:
     schemas = _schemas(example)
     return {
         "conversations": conversations,
-        "system": agent_system_prompt(example.domain),
+        "system": _agent_system(example),
         "tools": json.dumps(schemas, ensure_ascii=False) if schemas else "",
     }
 
@@ -546,7 +666,7 @@ def _agent_alpaca(example: Example) -> dict[str, Any] | None:
         "instruction": steps[position - 1].observation if position else _agent_user(example),
         "input": "",
         "output": texts[position],
-        "system": agent_system_prompt(example.domain),
+        "system": _agent_system(example),
         "history": history,
         "tools": json.dumps(schemas, ensure_ascii=False) if schemas else "",
     }
@@ -557,11 +677,13 @@ def _agent_swift(example: Example) -> dict[str, Any] | None:
         return None
 
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": agent_system_prompt(example.domain)},
+        {"role": "system", "content": _agent_system(example)},
         {"role": "user", "content": _agent_user(example)},
     ]
-    flat = _agent_flat(example, "agent-swift", ("role", "content"), SWIFT_AGENT_ROLES)
-    messages += flat[: 2 * example.position + 1]
+    flat = _agent_flat(example, "agent-swift", ("role", "content"), SWIFT_AGENT_ROLES, _LOSS[0])
+    at = 2 * example.position
+    messages += flat[:at]
+    messages.append({**flat[at], **_LOSS[1]})  # a copy: the branch's lists are shared
     row: dict[str, Any] = {"messages": messages}
     tools = _openai_tools(example)
     if tools:
@@ -574,9 +696,9 @@ def _agent_swift(example: Example) -> dict[str, Any] | None:
 
 def _openai(example: Example, options: ExportOptions) -> dict[str, Any] | None:
     if _turns(options) == "wm":
-        messages = _wm_chat(example, options)
+        messages = _wm_chat(example, options, "wm-openai", _WEIGHT)
         return None if messages is None else {"messages": messages}
-    agent = _agent_openai(example)
+    agent = _agent_openai(example, "agent-openai-weight", _WEIGHT)
     if agent is None:
         return None
     row: dict[str, Any] = {"messages": agent[0]}
@@ -600,7 +722,7 @@ def _llamafactory(example: Example, options: ExportOptions) -> dict[str, Any] | 
 
 def _ms_swift(example: Example, options: ExportOptions) -> dict[str, Any] | None:
     if _turns(options) == "wm":
-        messages = _wm_chat(example, options)
+        messages = _wm_chat(example, options, "wm-swift", _LOSS)
         return None if messages is None else {"messages": messages}
     return _agent_swift(example)
 

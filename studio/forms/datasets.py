@@ -1,6 +1,7 @@
 """The forms of datasets: a new version from a queue's accepted items or from a filter
-(`DatasetForm.data_object()` is the validated `SelectionData`), a hand-picked step added to a
-dataset, and the choice of an export format."""
+(`DatasetForm.data_object()` is the validated `SelectionData`; a queue's adds to the latest
+version unless `replace`), a hand-picked step added to a dataset (`confirm` once warned that
+it was rejected), and the choice of an export format."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ SOURCES = [("queue", "A queue's accepted items"), ("filter", "Steps matching a f
 
 class DatasetForm(StepFilterForm):
     field_order = [
-        "name", "description", "source", "queue", "with_fixed", "domain", "origin",
+        "name", "description", "source", "queue", "with_fixed", "replace", "domain", "origin",
         "perturbed", "malformed", "tag", "world", "judge_below", "limit",
     ]  # fmt: skip
 
@@ -35,6 +36,12 @@ class DatasetForm(StepFilterForm):
         required=False,
         initial=True,
         label="Also items marked “needs fix” that have a corrected observation",
+    )
+    replace = forms.BooleanField(
+        required=False,
+        label="Replace the latest version's steps with the queue's",
+        help_text="Unticked, the queue's accepted steps are added to the latest version's (a "
+        "step already there takes the queue's decision: replaced if accepted, dropped if not)",
     )
     limit = forms.IntegerField(min_value=1, max_value=MAX_ITEMS, initial=1000, label="At most")
 
@@ -58,6 +65,7 @@ class DatasetForm(StepFilterForm):
                 description=c["description"].strip(),
                 queue=c["queue"],
                 with_fixed=c["with_fixed"],
+                replace=c["replace"],
             )
         return SelectionData(
             name=name,
@@ -68,6 +76,8 @@ class DatasetForm(StepFilterForm):
 
 class AddStepForm(forms.Form):
     name = forms.CharField(max_length=200, label="Dataset")
+    # the second POST after the warning that someone rejected the step
+    confirm = forms.BooleanField(required=False)
 
 
 class ExportForm(forms.Form):
@@ -81,6 +91,7 @@ class ExportForm(forms.Form):
     style = forms.ChoiceField(
         choices=[("sharegpt", "ShareGPT"), ("alpaca", "Alpaca")], required=False, initial="sharegpt"
     )
+    drop_rejected_context = forms.BooleanField(required=False)
 
     def export_options(self) -> ExportOptions:
         c = self.cleaned_data
@@ -88,4 +99,5 @@ class ExportForm(forms.Form):
             turns=c["turns"] or "wm",
             thinking=c["thinking"],
             llamafactory_style=c["style"] or "sharegpt",
+            drop_rejected_context=c["drop_rejected_context"],
         )

@@ -41,6 +41,16 @@ class EvaluationForm(forms.Form):
     limit_per_domain = forms.IntegerField(
         min_value=1, max_value=MAX_SAMPLES_PER_DOMAIN, initial=50, label="Samples per domain"
     )
+    # a fixed default, not a fresh one per run: two runs made with the defaults compare
+    sample_seed = forms.IntegerField(
+        min_value=0,
+        max_value=2**63 - 1,
+        initial=0,
+        required=False,
+        label="Sampling seed",
+        help_text="The same source, files, domains, limit and seed draw the same samples, so "
+        "runs made with them score the same steps and compare (blank: 0)",
+    )
     temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.6)
     max_tokens = forms.IntegerField(min_value=1, max_value=262144, initial=32768)
     top_p = forms.FloatField(
@@ -80,6 +90,7 @@ class EvaluationForm(forms.Form):
             files=list(c["benchmark_files"]) if c["source"] == "benchmark" else [],
             domains=list(c["domains"]),
             limit_per_domain=c["limit_per_domain"],
+            sample_seed=c["sample_seed"] if c["sample_seed"] is not None else 0,
             temperature=c["temperature"],
             max_tokens=c["max_tokens"],
             top_p=c["top_p"],

@@ -1,14 +1,110 @@
-"""The form that makes an annotation queue; `data_object()` is the validated `QueueData`."""
+"""The forms that make an annotation queue (`data_object()` is the validated `QueueData`),
+edit its guidelines and questions, and reassign a claim.
+
+Questions are written one a line, `<kind>[*] <key> [options or min-max]: <label>` (`*`:
+required), e.g. `scale* clarity 1-5: How clear is it?`, `single safety [safe, unsafe]: Is it
+safe?`, `multi issues [typo, wrong value]: Which issues?`, `text notes: Anything else?`; or
+as a JSON list of question objects (see `studio.services.questions`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, cast
 
 from django import forms
 from django.contrib.auth import get_user_model
 
 from studio.models import Branch, Project, World
+from studio.services.questions import validate_questions
 from studio.services.queues import DOMAIN_CHOICES, MAX_ITEMS, ORIGINS, QueueData
+
+MAX_GUIDELINES_CHARS = 50_000
+QUESTION_LINE = re.compile(
+    r"^(?P<kind>[a-z]+)(?P<required>\*)?\s+(?P<key>\S+?)"
+    r"(?:\s*\[(?P<options>[^\]]*)\]|\s+(?P<min>-?\d+)\s*-\s*(?P<max>-?\d+))?"
+    r"\s*(?::\s*(?P<label>.*))?$"
+)
+QUESTIONS_HELP = (
+    "One a line: kind (scale, single, multi, text), * if required, a key, the options in "
+    "[ ] or a scale's min-max (0-9), then : and the question. E.g. "
+    "“scale* clarity 1-5: How clear is it?”, “single safety [safe, unsafe]: Is it safe?”, "
+    "“multi issues [typo, wrong value]: Which issues?”, “text notes: Anything else?”"
+)
+
+
+def parse_questions(text: str) -> list[dict[str, Any]]:
+    """The questions written in the form (lines, or a JSON list), validated; ValueError
+    names the line or the question."""
+    text = (text or "").strip()
+    if not text:
+        return []
+    if text.startswith("["):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"the questions are not valid JSON: {exc.msg}") from None
+        return validate_questions(raw)
+    raw = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        found = QUESTION_LINE.match(line)
+        if found is None:
+            raise ValueError(f"line {n}: write “kind key [options]: question” (see the help)")
+        item: dict[str, Any] = {
+            "kind": found["kind"],
+            "key": found["key"],
+            "label": (found["label"] or "").strip(),
+            "required": bool(found["required"]),
+        }
+        if found["options"] is not None:
+            item["options"] = found["options"].split(",")
+        if found["min"] is not None:
+            item["min"], item["max"] = found["min"], found["max"]
+        raw.append(item)
+    return validate_questions(raw)
+
+
+def format_questions(questions: list[dict[str, Any]]) -> str:
+    """The questions as the form writes them (for editing)."""
+    lines = []
+    for q in questions or []:
+        head = q["kind"] + ("*" if q.get("required") else "") + " " + q["key"]
+        if q["kind"] == "scale":
+            head += f" {q['min']}-{q['max']}"
+        elif q["kind"] in ("single", "multi"):
+            head += " [" + ", ".join(q["options"]) + "]"
+        lines.append(f"{head}: {q['label']}")
+    return "\n".join(lines)
+
+
+class SetupFields(forms.Form):
+    """A queue's guidelines and questions (the new-queue form and the owners' edit form)."""
+
+    guidelines = forms.CharField(
+        required=False,
+        max_length=MAX_GUIDELINES_CHARS,
+        widget=forms.Textarea(attrs={"rows": 6}),
+        help_text="What annotators read before they start, in Markdown (no raw HTML)",
+    )
+    questions = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "class": "mono"}),
+        label="Custom questions",
+        help_text=QUESTIONS_HELP,
+    )
+
+    def clean_questions(self) -> list[dict[str, Any]]:
+        try:
+            return parse_questions(self.cleaned_data.get("questions") or "")
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class QueueSetupForm(SetupFields):
+    pass
 
 
 class StepFilterForm(forms.Form):
@@ -54,10 +150,11 @@ class StepFilterForm(forms.Form):
         }
 
 
-class QueueForm(StepFilterForm):
+class QueueForm(StepFilterForm, SetupFields):
     field_order = [
-        "name", "annotators_per_item", "blind", "claim_minutes", "assignees", "domain",
-        "origin", "perturbed", "malformed", "tag", "world", "judge_below", "branches", "limit",
+        "name", "annotators_per_item", "blind", "claim_minutes", "assignees", "guidelines",
+        "questions", "domain", "origin", "perturbed", "malformed", "tag", "world",
+        "judge_below", "branches", "limit",
     ]  # fmt: skip
 
     name = forms.CharField(max_length=200)
@@ -112,5 +209,23 @@ class QueueForm(StepFilterForm):
             claim_minutes=c["claim_minutes"],
             assignees=tuple(c["assignees"]),
             branches=c["branches"],
+            guidelines=(c.get("guidelines") or "").strip(),
+            questions=tuple(c.get("questions") or ()),
             **self.filter_values(),
         )
+
+
+class ReassignForm(forms.Form):
+    """Whom the lead gives a claim's slot to: a member who works the queue."""
+
+    user = forms.ModelChoiceField(queryset=get_user_model().objects.none(), label="Give to")
+
+    def __init__(self, *args: Any, queue: Any, exclude: Any = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        members = get_user_model().objects.filter(memberships__project=queue.project_id)
+        if queue.assignees.exists():
+            members = members.filter(pk__in=queue.assignees.values("pk"))
+        if exclude is not None:
+            members = members.exclude(pk=exclude)
+        field = cast(forms.ModelChoiceField, self.fields["user"])
+        field.queryset = members.order_by("username")

@@ -22,7 +22,7 @@ from inference.judge import DIMENSIONS, Judge
 from inference.types import GenerationRequest, SamplingParams
 from studio.jobs.runtime import JobMonitor, claim, finish
 from studio.models import EvaluationRun, EvaluationSample, JobStatus, SampleStage, Trajectory
-from studio.services.evaluations import choose_samples, figures, rows_of
+from studio.services.evaluations import draw_samples, figures, rows_of, sample_set_of_saved
 
 log = logging.getLogger(__name__)
 
@@ -334,10 +334,20 @@ def run_evaluation(run_id: int, message_id: str = "") -> None:
     with JobMonitor(EvaluationRun, run.pk) as monitor:
         try:
             if not run.samples.exists():
+                drawn = draw_samples(run)
                 with transaction.atomic():  # all the samples, or none (then chosen again)
                     EvaluationSample.objects.bulk_create(
-                        choose_samples(run), batch_size=500, ignore_conflicts=True
+                        drawn.samples, batch_size=500, ignore_conflicts=True
                     )
+                    # what they were drawn from: the leaderboard tells a run that scored
+                    # every candidate from one the limit cut
+                    params = {**(run.params or {}), "sample_pool": drawn.pool}
+                    EvaluationRun.objects.filter(pk=run.pk).update(
+                        sample_set=drawn.digest, params=params
+                    )
+                run.params = params
+            elif not run.sample_set:  # sampled before digests were kept: from what it holds
+                EvaluationRun.objects.filter(pk=run.pk).update(sample_set=sample_set_of_saved(run))
             total = run.samples.count()
             EvaluationRun.objects.filter(pk=run.pk).update(samples_total=total)
             if total == 0:

@@ -1,5 +1,7 @@
 """An export job in the worker: write a dataset version to a file with live progress (steps
-read, rows written), then offer it; a cancelled or failed export leaves no file."""
+read, rows written), then offer it; a cancelled or failed export leaves no file. What the
+rows left out beyond the job's own counters (rows whose context held a rejected step, thinking
+targets written with an empty think block) is kept in its `options["left_out"]`."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ def run_export_job(job_id: int, message_id: str = "") -> None:
                     progress=min(0.99, c.items / total), items_done=c.items, rows=c.rows
                 )
 
-        options = ExportOptions(**job.options)
+        options = ExportOptions.from_dict(job.options)
         try:
             made = service.export_file(
                 job.version, job.format, options, export_folder(), counts,
@@ -56,7 +58,9 @@ def run_export_job(job_id: int, message_id: str = "") -> None:
                 "file_name": made.name, "size_bytes": made.size,
             }  # fmt: skip
     fields.update(
-        items_done=counts.items, rows=counts.rows, deleted=counts.deleted, no_row=counts.no_row
-    )
+        items_done=counts.items, rows=counts.rows, deleted=counts.deleted, no_row=counts.no_row,
+        # the job has no columns for these: they are kept with its options, which the page reads
+        options={**job.options, "left_out": counts.left_out()},
+    )  # fmt: skip
     extra: dict[str, Any] = fields
     finish(ExportJob, job.pk, status, **extra)

@@ -1,9 +1,15 @@
 """How far a queue's annotators agree: Krippendorff's alpha per dimension (ordinal ratings,
 the `krippendorff` library), percent agreement on verdicts (over the pairs of annotators of
-each item), and the items of most disagreement, for an adjudicator, whose decision is final."""
+each item), the items of most disagreement, for an adjudicator, whose decision is final (with
+the correction that stands, an annotator's picked or the adjudicator's own), and each
+annotator's quality: items done, time per item, agreement with the others and with the
+adjudicated verdicts.
+
+Only the annotations made in the queue count (`StepAnnotation.queue`): each queue asks anew."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
@@ -32,7 +38,7 @@ class Agreement:
 
 
 def _annotations(queue: AnnotationQueue) -> dict[int, list[StepAnnotation]]:
-    """Each item's annotations by the annotators who completed it in the queue."""
+    """Each item's annotations made in the queue by the annotators who completed it there."""
     by_item: dict[int, list[StepAnnotation]] = {}
     items = {i.step_id: i.pk for i in queue.items.all()}
     done = set(
@@ -40,7 +46,8 @@ def _annotations(queue: AnnotationQueue) -> dict[int, list[StepAnnotation]]:
             "item_id", "user_id"
         )
     )
-    for a in StepAnnotation.objects.filter(step_id__in=items).select_related("author"):
+    rows = StepAnnotation.objects.filter(queue=queue, step_id__in=items).select_related("author")
+    for a in rows:
         item = items[a.step_id]
         if (item, a.author_id) in done:
             by_item.setdefault(item, []).append(a)
@@ -120,16 +127,157 @@ class OwnItem(Exception):
     pass
 
 
-def adjudicate(item: QueueItem, user, verdict: str, ratings: dict[str, int], note: str):
-    """Record the final decision on `item`; a second one is refused (the first stands), and
-    so is one by an annotator of the item."""
+def adjudicate(
+    item: QueueItem,
+    user,
+    verdict: str,
+    ratings: dict[str, int],
+    note: str,
+    *,
+    corrected_observation: str = "",
+    correction_by=None,
+):
+    """Record the final decision on `item`, with the correction that stands (blank: none) and
+    whose it is (an annotator's, picked, or `user`'s own); a second decision is refused (the
+    first stands), and so is one by an annotator of the item."""
     if QueueClaim.objects.filter(item=item, user=user, done_at__isnull=False).exists():
         raise OwnItem
     try:
         with transaction.atomic():
             # by id: a refused create leaves nothing cached on `item`
             return Adjudication.objects.create(
-                item_id=item.pk, adjudicator=user, verdict=verdict, ratings=ratings, note=note
+                item_id=item.pk,
+                adjudicator=user,
+                verdict=verdict,
+                ratings=ratings,
+                note=note,
+                corrected_observation=corrected_observation,
+                correction_by=correction_by if corrected_observation else None,
             )
     except IntegrityError:
         raise AlreadyDecided from None
+
+
+def item_annotations(item: QueueItem) -> list[StepAnnotation]:
+    """The annotations of `item` the queue counts: made in its queue by those who completed
+    it, in the order they were made."""
+    done = QueueClaim.objects.filter(item=item, done_at__isnull=False).values("user")
+    return list(
+        StepAnnotation.objects.filter(queue_id=item.queue_id, step_id=item.step_id, author__in=done)
+        .select_related("author")
+        .order_by("created_at", "id")
+    )
+
+
+# ---- each annotator's quality -------------------------------------------------------------
+
+
+def pseudonyms(queue: AnnotationQueue) -> dict[int, str]:
+    """user id -> "annotator-N", numbered by each annotator's first annotation in the queue
+    (stable: a later annotator never renumbers the earlier ones)."""
+    firsts: dict[int, None] = {}
+    rows = (
+        StepAnnotation.objects.filter(queue=queue)
+        .order_by("created_at", "id")
+        .values_list("author_id", flat=True)
+    )
+    for author in rows:
+        firsts.setdefault(author, None)
+    return {author: f"annotator-{n}" for n, author in enumerate(firsts, start=1)}
+
+
+@dataclass
+class AnnotatorQuality:
+    user_id: int
+    username: str
+    pseudonym: str
+    done: int  # items completed
+    median_seconds: float | None  # claim taken -> done, median over their completed items
+    alpha: float | None  # ordinal, their ratings vs the others' median, pooled over dimensions
+    alpha_units: int  # (item, dimension) ratings paired with the others'
+    alpha_note: str  # why there is no alpha
+    adjudicated: int  # adjudicated items they gave a verdict on
+    agrees_with_adjudication: int  # of those, where their verdict is the adjudicated one
+
+    @property
+    def adjudication_share(self) -> float | None:
+        return (
+            round(self.agrees_with_adjudication / self.adjudicated, 3) if self.adjudicated else None
+        )
+
+
+def annotator_quality(queue: AnnotationQueue) -> list[AnnotatorQuality]:
+    """Per annotator of the queue (in pseudonym order): items done, the median time per item,
+    Krippendorff's alpha (ordinal) between their ratings and the median of the other
+    annotators' ratings of the same item and dimension (every dimension pooled: each rated
+    (item, dimension) both sides have is a unit), and the share of adjudicated items where
+    their verdict is the adjudicator's."""
+    import krippendorff
+    import numpy as np
+    from django.contrib.auth import get_user_model
+
+    by_item = _annotations(queue)
+    names = pseudonyms(queue)
+    claims = QueueClaim.objects.filter(item__queue=queue, done_at__isnull=False).values_list(
+        "user_id", "claimed_at", "done_at"
+    )
+    times: dict[int, list[float]] = {}
+    for user_id, claimed, done_at in claims:
+        times.setdefault(user_id, []).append(max((done_at - claimed).total_seconds(), 0.0))
+    decided = dict(Adjudication.objects.filter(item__queue=queue).values_list("item_id", "verdict"))
+    people = set(names) | set(times)
+    usernames = dict(get_user_model().objects.filter(pk__in=people).values_list("pk", "username"))
+    order = {pk: n for n, pk in enumerate(names)}
+    out = []
+    for user_id in sorted(people, key=lambda pk: (order.get(pk, len(order)), pk)):
+        mine: list[float] = []
+        theirs: list[float] = []
+        adjudicated = agrees = 0
+        for item, marks in by_item.items():
+            own = next((a for a in marks if a.author_id == user_id), None)
+            if own is None:
+                continue
+            others = [a for a in marks if a.author_id != user_id]
+            for dim in DIMENSIONS:
+                value = (own.ratings or {}).get(dim)
+                rated = [
+                    a.ratings[dim] for a in others if isinstance((a.ratings or {}).get(dim), int)
+                ]
+                if isinstance(value, int) and rated:
+                    mine.append(float(value))
+                    theirs.append(float(statistics.median(rated)))
+            if item in decided and own.verdict:
+                adjudicated += 1
+                agrees += own.verdict == decided[item]
+        alpha: float | None = None
+        note = ""
+        if not mine:
+            note = "no item rated by them and another annotator"
+        elif len(set(mine) | set(theirs)) < 2:
+            note = "every paired rating is the same value: alpha is undefined"
+        else:
+            value = float(
+                krippendorff.alpha(
+                    reliability_data=np.array([mine, theirs]), level_of_measurement="ordinal"
+                )
+            )
+            if np.isnan(value):
+                note = "alpha is undefined for these ratings"
+            else:
+                alpha = round(value, 3)
+        spent = times.get(user_id, [])
+        out.append(
+            AnnotatorQuality(
+                user_id=user_id,
+                username=usernames.get(user_id, "a deleted user"),
+                pseudonym=names.get(user_id, "–"),
+                done=len(spent),
+                median_seconds=round(statistics.median(spent), 1) if spent else None,
+                alpha=alpha,
+                alpha_units=len(mine),
+                alpha_note=note,
+                adjudicated=adjudicated,
+                agrees_with_adjudication=agrees,
+            )
+        )
+    return out

@@ -1,6 +1,10 @@
 """Step annotations: validate what an annotator gives (`AnnotationData.build`, which names the
 field that is wrong), save it as their annotation of the step with a new version when it
-changed, and read a step's annotations and an annotation's history."""
+changed, and read a step's annotations and an annotation's history.
+
+Each queue asks anew: an annotator has one annotation of a step per queue it was asked in,
+and one outside any queue (from the step's own page; `queue` NULL). Annotations made before
+queues kept their own (all of them NULL) count as made outside any queue."""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from django.db import transaction
 from django.db.models import Max
 
 from inference.judge import DIMENSIONS
-from studio.models import AnnotationVersion, Step, StepAnnotation, Verdict
+from studio.models import AnnotationQueue, AnnotationVersion, Step, StepAnnotation, Verdict
+from studio.services import questions as questions_service
 
 # What each dimension asks, shown as the rating's tooltip (the judge's rubric, in short).
 DIMENSION_HELP = {
@@ -59,13 +64,26 @@ class AnnotationData:
     corrected_observation: str = ""
     tags: tuple[str, ...] = ()
     comment: str = ""
+    answers: dict[str, Any] = field(default_factory=dict)  # the queue's custom questions
 
     @classmethod
-    def build(cls, data: Mapping[str, Any], observation: str = "") -> AnnotationData:
+    def build(
+        cls,
+        data: Mapping[str, Any],
+        observation: str = "",
+        questions: list[dict[str, Any]] | None = None,
+    ) -> AnnotationData:
         """From form or JSON input: `rating_<dimension>` (1-5 or blank), `verdict`,
         `corrected_observation` (the same as the step's observation, or blank: none),
-        `tags` (comma-separated or a list), `comment`."""
+        `tags` (comma-separated or a list), `comment`, and the answers to `questions` (a
+        queue's: `q_<key>` fields, see `studio.services.questions.validate_answers`)."""
         errors: dict[str, str] = {}
+        answers: dict[str, Any] = {}
+        if questions:
+            try:
+                answers = questions_service.validate_answers(questions, data)
+            except ValueError as exc:
+                errors["answers"] = str(exc)
         ratings: dict[str, int] = {}
         for dim in DIMENSIONS:
             raw = data.get(f"rating_{dim}", "")
@@ -101,7 +119,7 @@ class AnnotationData:
             errors["corrected_observation"] = "the corrected observation is too long"
         if errors:
             raise AnnotationError(errors)
-        return cls(ratings, verdict, corrected, tuple(tags), comment)
+        return cls(ratings, verdict, corrected, tuple(tags), comment, answers)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -110,6 +128,7 @@ class AnnotationData:
             "corrected_observation": self.corrected_observation,
             "tags": list(self.tags),
             "comment": self.comment,
+            "answers": dict(self.answers),
         }
 
     @property
@@ -124,21 +143,32 @@ def state_of(annotation: StepAnnotation) -> dict[str, Any]:
         "corrected_observation": annotation.corrected_observation,
         "tags": list(annotation.tags or []),
         "comment": annotation.comment,
+        "answers": dict(annotation.answers or {}),
     }
 
 
+def annotation_of(step: Step, user, queue: AnnotationQueue | None) -> StepAnnotation | None:
+    """The user's annotation of `step` in `queue` (None: outside any queue)."""
+    return StepAnnotation.objects.filter(step=step, author=user, queue=queue).first()
+
+
 def save_annotation(
-    step: Step, user, data: AnnotationData, *, seen_version: int | None = None
+    step: Step,
+    user,
+    data: AnnotationData,
+    *,
+    queue: AnnotationQueue | None = None,
+    seen_version: int | None = None,
 ) -> tuple[StepAnnotation, bool]:
-    """The user's annotation of `step`, made or edited; a version is kept when it changed.
-    `seen_version`: the version the editing page showed (0: none); a newer one saved meanwhile
-    (another tab) raises StaleAnnotation instead of overwriting it. Returns (annotation,
-    changed)."""
-    if data.empty and not StepAnnotation.objects.filter(step=step, author=user).exists():
+    """The user's annotation of `step` in `queue` (None: outside any queue), made or
+    edited; a version is kept when it changed. `seen_version`: the version the editing page
+    showed (0: none); a newer one saved meanwhile (another tab) raises StaleAnnotation
+    instead of overwriting it. Returns (annotation, changed)."""
+    if data.empty and annotation_of(step, user, queue) is None:
         raise AnnotationError({"annotation": "nothing to save: rate, judge, correct or comment"})
     with transaction.atomic():
         annotation, created = StepAnnotation.objects.select_for_update().get_or_create(
-            step=step, author=user, defaults=data.state()
+            step=step, author=user, queue=queue, defaults=data.state()
         )
         latest = annotation.versions.aggregate(n=Max("number"))["n"] or 0
         if not created and seen_version is not None and latest > seen_version:
@@ -154,5 +184,82 @@ def save_annotation(
     return annotation, True
 
 
-def annotations_of(step: Step):
-    return StepAnnotation.objects.filter(step=step).select_related("author").order_by("created_at")
+def annotations_of(step: Step, queue: AnnotationQueue | None = None):
+    """The step's annotations asked in `queue` (None: those made outside any queue)."""
+    return (
+        StepAnnotation.objects.filter(step=step, queue=queue)
+        .select_related("author", "queue")
+        .order_by("created_at")
+    )
+
+
+def earlier_annotations(step: Step, queue: AnnotationQueue):
+    """The step's annotations made before `queue` was, outside it (in other queues or
+    outside any): what was said of the step before this queue asked anew."""
+    return (
+        StepAnnotation.objects.filter(step=step, created_at__lt=queue.created_at)
+        .exclude(queue=queue)
+        .select_related("author", "queue")
+        .order_by("created_at")
+    )
+
+
+def in_queues(step: Step):
+    """The step's annotations asked in queues (shown on its own page, by queue)."""
+    return (
+        StepAnnotation.objects.filter(step=step, queue__isnull=False)
+        .select_related("author", "queue")
+        .order_by("queue__name", "created_at")
+    )
+
+
+EARLIER_SHOWN_AT_ONCE = 30  # earlier steps rendered with the page; more load when opened
+MAX_EARLIER = 500
+
+
+@dataclass
+class ItemContext:
+    """What shaped a step, for the annotator: the task, the steps before it on the branch,
+    the world or perturbation it was simulated under, and the recorded reference
+    observation the judge would score it against (None: the judge would have none)."""
+
+    task: str
+    earlier_count: int
+    earlier: list[Step]  # the last EARLIER_SHOWN_AT_ONCE of them, or all
+    world: dict[str, Any] | None
+    perturbation: dict[str, Any] | None
+    reference: Step | None
+
+
+def earlier_steps(branch, step: Step, limit: int = MAX_EARLIER) -> list[Step]:
+    """The last `limit` steps before `step` on `branch` (inherited ones too), in order."""
+    rows = branch.all_steps().filter(index__lt=step.index).order_by("-index")[:limit]
+    return list(reversed(rows))
+
+
+def reference_of(branch, step: Step) -> Step | None:
+    """The recorded step the judge would take as `step`'s reference (the same action at the
+    same step of the recorded branch, with the recorded actions before it), as
+    `studio.services.judging` finds it for its rows."""
+    from studio.services import judging
+
+    path = list(branch.all_steps().filter(index__lte=step.index))
+    at = next((i for i, s in enumerate(path) if s.pk == step.pk), None)
+    if at is None:
+        return None
+    return judging._reference_of(path, at, judging._recorded_path(branch))
+
+
+def item_context(branch, step: Step) -> ItemContext:
+    meta = step.meta or {}
+    world = meta.get("world") if isinstance(meta.get("world"), dict) else None
+    perturbation = meta.get("perturbation") if isinstance(meta.get("perturbation"), dict) else None
+    count = branch.all_steps().filter(index__lt=step.index).count()
+    return ItemContext(
+        task=branch.trajectory.task_instruction or "",
+        earlier_count=count,
+        earlier=earlier_steps(branch, step, EARLIER_SHOWN_AT_ONCE),
+        world=world,
+        perturbation=perturbation,
+        reference=reference_of(branch, step),
+    )

@@ -12,8 +12,8 @@ answer and export that shows judge scores or people's annotations asks this modu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
@@ -25,6 +25,8 @@ class Blindness:
     """The steps of one project hidden from one member (empty: they see everything)."""
 
     step_ids: frozenset[int]
+    # step -> the names of the blind queues that hide it, to say why a page leaves it out
+    queues: Mapping[int, frozenset[str]] = field(default_factory=dict, compare=False)
 
     def __bool__(self) -> bool:
         return bool(self.step_ids)
@@ -43,6 +45,33 @@ class Blindness:
         if not self.step_ids:
             return rows
         return rows.exclude(**{f"{field}__in": self.step_ids})
+
+    def hidden(self, step_ids: Iterable[int | None]) -> list[int]:
+        """Those of `step_ids` that are hidden (each once, in the order given)."""
+        seen: dict[int, None] = {}
+        for pk in step_ids:
+            if pk is not None and pk in self.step_ids:
+                seen.setdefault(pk)
+        return list(seen)
+
+    def note(self, step_ids: Iterable[int | None] | None = None) -> str:
+        """Why a page leaves out `step_ids` (the hidden ones among them; every hidden step
+        when None), in words; "" when none of them is hidden."""
+        hidden = sorted(self.step_ids) if step_ids is None else self.hidden(step_ids)
+        if not hidden:
+            return ""
+        names = sorted({name for pk in hidden for name in self.queues.get(pk, ())})
+        quoted = ", ".join(repr(n) for n in names[:-1]) + (" and " if len(names) > 1 else "")
+        quoted += repr(names[-1]) if names else ""
+        where = (
+            f"the blind queue{'s' if len(names) > 1 else ''} {quoted}" if names else "a blind queue"
+        )
+        if len(hidden) == 1:
+            return f"1 step of {where} is hidden from you until you submit your annotation of it."
+        return (
+            f"{len(hidden)} steps of {where} are hidden from you until you submit your "
+            "annotations of them."
+        )
 
 
 SEES_ALL = Blindness(frozenset())
@@ -67,7 +96,10 @@ def blindness_for(membership: Membership | None) -> Blindness:
     """What `membership`'s user may not see in its project (one query; none for owners)."""
     if membership is None or sees_everything(membership):
         return SEES_ALL
-    ids = hidden_items(membership.project_id, membership.user_id).values_list(
-        "step_id", flat=True
+    rows = hidden_items(membership.project_id, membership.user_id).values_list(
+        "step_id", "queue__name"
     )
-    return Blindness(frozenset(ids))
+    queues: dict[int, set[str]] = {}
+    for step_id, name in rows:
+        queues.setdefault(step_id, set()).add(name)
+    return Blindness(frozenset(queues), {pk: frozenset(names) for pk, names in queues.items()})

@@ -1,9 +1,11 @@
 """Datasets: named, versioned selections of steps for training, and their export.
 
-A version is made from a queue's accepted items, from a filter (the queue filters) or from
-hand-picked steps added to the latest version. Each item keeps the corrected observation it
-was chosen with (the newest correction any annotator saved on the step), so an export is the
-same whatever happens to the annotations later. An item whose step was deleted since is left
+A version is made from a queue's accepted items (added to the latest version's, or replacing
+them), from a filter (the queue filters) or from hand-picked steps added to the latest
+version (a step someone rejected only once confirmed). Each item keeps the corrected
+observation it was chosen with, and whose it is (a queue's: the adjudicated correction, else
+that of an annotator who gave the final verdict; otherwise the newest correction saved on the
+step), so an export is the same whatever happens to the annotations later. An item whose step was deleted since is left
 out of exports, and the export says how many.
 
 Exports stream: items are read in position order, one branch's path in memory at a time, and
@@ -21,13 +23,23 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from django.db import connection, transaction
 
 from inference.prompts import build_system_prompt
 from studio.exports.examples import Example, ExportTurn
-from studio.exports.formats import FORMATS, ExportOptions, dataset_info_entry, row_for
+from studio.exports.files import default_file_mode
+from studio.exports.formats import (
+    FORMATS,
+    ExportOptions,
+    context_rejected,
+    dataset_info_entry,
+    file_suffix,
+    has_thinking,
+    row_for,
+    trains_world_model,
+)
 from studio.models import (
     Adjudication,
     AnnotationQueue,
@@ -39,6 +51,7 @@ from studio.models import (
     ExportJob,
     Project,
     QueueClaim,
+    QueueItem,
     Step,
     StepAnnotation,
     Trajectory,
@@ -60,18 +73,38 @@ class DatasetError(ValueError):
     pass
 
 
+class Fix(NamedTuple):
+    """The observation an item trains on instead of the step's own, and whose correction it
+    is (a user id; None: nobody's known)."""
+
+    text: str
+    by: int | None
+
+
 @dataclass(frozen=True)
 class SelectionData:
     """A validated request for a new version (`studio.forms.datasets.DatasetForm` makes it):
-    the steps of `queue`'s accepted items, or of the `filter`, or `steps` added to the latest
-    version."""
+    the steps of `queue`'s accepted items (added to the latest version's unless `replace`),
+    or of the `filter`, or `steps` added to the latest version (a step someone rejected only
+    with `confirm_rejected`)."""
 
     name: str
     description: str = ""
     queue: AnnotationQueue | None = None
     with_fixed: bool = True  # a queue's "needs fix" items that have a correction count too
+    replace: bool = False  # a queue's items replace the latest version's instead of adding
     filter: QueueData | None = None
     steps: tuple[int, ...] = field(default_factory=tuple)
+    confirm_rejected: bool = False  # hand-picked steps go in even when someone rejected them
+
+
+class RejectedSteps(DatasetError):
+    """Hand-picked steps whose final verdict somewhere is reject: `reasons` says where; the
+    request needs `confirm_rejected`."""
+
+    def __init__(self, reasons: list[str]):
+        self.reasons = reasons
+        super().__init__("rejected: " + "; ".join(reasons))
 
 
 # ---- choosing steps -----------------------------------------------------------------------
@@ -83,68 +116,137 @@ def accepted_steps(queue: AnnotationQueue, *, with_fixed: bool = True) -> list[i
     return list(accepted_items(queue, with_fixed=with_fixed))
 
 
-def accepted_items(queue: AnnotationQueue, *, with_fixed: bool = True) -> dict[int, str | None]:
-    """The steps of the queue's items whose final verdict accepts them, in queue order, each
-    with the correction to train on (None: its own observation). The final verdict is an
-    adjudicator's decision where there is one, else the verdict every annotator who completed
-    the item gave; the correction is the newest one saved by an annotator of the item whose
-    verdict was that final one (an item accepted over a "needs fix" keeps its observation).
-    With `with_fixed`, items whose final verdict is "needs fix" count when such a correction
-    exists (the correction is what is trained on)."""
+def queue_decisions(
+    queue: AnnotationQueue, *, with_fixed: bool = True
+) -> dict[int, Fix | None | bool]:
+    """The queue's decision on each of its steps that has a final verdict, in queue order:
+    a `Fix` (accepted, trained on that correction), True (accepted, its own observation) or
+    None (not accepted: rejected, or "needs fix" without a correction to train on). Steps
+    without a final verdict (unannotated, or split and not adjudicated) are absent.
+
+    Only annotations made in the queue by the annotators who completed its item count. The
+    final verdict is the adjudicator's where there is one, with the correction they chose
+    (an annotator's or their own; none is none); else the verdict every such annotator gave,
+    with the newest correction saved by one of them (an item accepted over a "needs fix"
+    keeps its observation only when nobody who accepted it corrected it). With `with_fixed`,
+    items whose final verdict is "needs fix" count when such a correction exists."""
     items = list(queue.items.values_list("pk", "step_id"))
-    decided = dict(Adjudication.objects.filter(item__queue=queue).values_list("item_id", "verdict"))
+    adjudications = Adjudication.objects.filter(item__queue=queue).only(
+        "item_id", "verdict", "corrected_observation", "correction_by_id"
+    )
+    decided = {a.item_id: a for a in adjudications}
     done = set(
         QueueClaim.objects.filter(item__queue=queue, done_at__isnull=False).values_list(
             "item_id", "user_id"
         )
     )
     item_of = {step: item for item, step in items}
-    marks: dict[int, list[tuple[str, str]]] = {}  # item -> (verdict, correction), newest first
+    # item -> (verdict, correction, author), newest first
+    marks: dict[int, list[tuple[str, str, int]]] = {}
     rows = (
-        StepAnnotation.objects.filter(step_id__in=list(item_of))
+        StepAnnotation.objects.filter(queue=queue, step_id__in=list(item_of))
         .order_by("-updated_at", "-id")
         .values_list("step_id", "author_id", "verdict", "corrected_observation")
     )
     for step_id, author, verdict, correction in rows:
         item = item_of[step_id]
         if (item, author) in done:
-            marks.setdefault(item, []).append((verdict, correction))
-    chosen: dict[int, str | None] = {}
+            marks.setdefault(item, []).append((verdict, correction, author))
+    chosen: dict[int, Fix | None | bool] = {}
     for item, step_id in items:
         given = marks.get(item, [])
-        final = decided.get(item)
-        if final is None:
-            verdicts = {v for v, _ in given}
+        adjudication = decided.get(item)
+        fix: Fix | None
+        if adjudication is not None:
+            final: str | None = adjudication.verdict
+            text = adjudication.corrected_observation
+            fix = Fix(text, adjudication.correction_by_id) if text else None
+        else:
+            verdicts = {v for v, _, _ in given}
             final = next(iter(verdicts)) if len(verdicts) == 1 else None
-        fix = next((c for v, c in given if v == final and c), None)
-        if final == Verdict.ACCEPT or (with_fixed and final == Verdict.NEEDS_FIX and fix):
+            fix = next((Fix(c, by) for v, c, by in given if v == final and c), None)
+        if not final:
+            continue  # no final verdict: the queue has not decided this step
+        if final == Verdict.ACCEPT:
+            chosen[step_id] = fix or True
+        elif with_fixed and final == Verdict.NEEDS_FIX and fix:
             chosen[step_id] = fix
+        else:
+            chosen[step_id] = None
     return chosen
 
 
-def corrections(step_ids: Iterable[int]) -> dict[int, str]:
-    """The newest corrected observation saved on each step (steps without one are absent)."""
-    found: dict[int, str] = {}
+def accepted_items(queue: AnnotationQueue, *, with_fixed: bool = True) -> dict[int, Fix | None]:
+    """The steps of the queue's items whose final verdict accepts them, in queue order, each
+    with the correction to train on and whose it is (None: its own observation); see
+    `queue_decisions`."""
+    return {
+        step: (decision if isinstance(decision, Fix) else None)
+        for step, decision in queue_decisions(queue, with_fixed=with_fixed).items()
+        if decision is not None
+    }
+
+
+def corrections(step_ids: Iterable[int]) -> dict[int, Fix]:
+    """The newest corrected observation saved on each step, in any queue or none, and whose
+    it is (steps without one are absent)."""
+    found: dict[int, Fix] = {}
     rows = (
         StepAnnotation.objects.filter(step_id__in=list(step_ids))
         .exclude(corrected_observation="")
         .order_by("step_id", "-updated_at", "-id")
-        .values_list("step_id", "corrected_observation")
+        .values_list("step_id", "corrected_observation", "author_id")
     )
-    for step_id, text in rows:
-        found.setdefault(step_id, text)
+    for step_id, text, author in rows:
+        found.setdefault(step_id, Fix(text, author))
     return found
+
+
+def rejections(step_id: int) -> list[str]:
+    """Where the step was rejected, in words (empty: nowhere): each queue whose final verdict
+    on it is reject (the adjudicator's, else every annotator's there), each queue item not
+    adjudicated where an annotator rejected it, and each annotation outside queues that
+    rejects it."""
+    reasons: list[str] = []
+    items = QueueItem.objects.filter(step_id=step_id).select_related("queue", "adjudication")
+    for item in items.order_by("queue__created_at", "pk"):
+        adjudication = getattr(item, "adjudication", None)
+        if adjudication is not None:
+            if adjudication.verdict == Verdict.REJECT:
+                reasons.append(f"queue {item.queue.name!r}: the adjudicator rejected it")
+            continue
+        done = QueueClaim.objects.filter(item=item, done_at__isnull=False).values("user")
+        verdicts = list(
+            StepAnnotation.objects.filter(
+                queue_id=item.queue_id, step_id=step_id, author__in=done
+            ).values_list("verdict", flat=True)
+        )
+        rejected = verdicts.count(Verdict.REJECT)
+        if rejected:
+            reasons.append(
+                f"queue {item.queue.name!r}: {rejected} of {len(verdicts)} annotator"
+                f"{'s' if len(verdicts) != 1 else ''} rejected it"
+            )
+    outside = StepAnnotation.objects.filter(
+        step_id=step_id, queue__isnull=True, verdict=Verdict.REJECT
+    ).count()
+    if outside:
+        reasons.append(
+            f"{outside} annotation{'s' if outside != 1 else ''} on the step's own page "
+            f"reject{'s' if outside == 1 else ''} it"
+        )
+    return reasons
 
 
 def _chosen_steps(
     project: Project, data: SelectionData
-) -> tuple[list[int], str, dict[int, str] | None]:
+) -> tuple[list[int], str, dict[int, Fix] | None]:
     """The steps, the source in words, and their corrections when the source decides them
     (a queue's; None: the newest correction saved on each step)."""
     if data.queue is not None:
         found = accepted_items(data.queue, with_fixed=data.with_fixed)
         kind = "accepted" + (" and fixed" if data.with_fixed else "")
-        fixes = {pk: text for pk, text in found.items() if text}
+        fixes = {pk: fix for pk, fix in found.items() if fix}
         return list(found), f"the {kind} items of queue {data.queue.name!r}", fixes
     if data.filter is not None:
         ids = list(
@@ -162,12 +264,50 @@ def _chosen_steps(
     if missing:
         raise DatasetError(f"step {missing[0]} is not one of this project's")
     words = f"{len(data.steps)} hand-picked step{'s' if len(data.steps) != 1 else ''}"
+    rejected = [reason for pk in data.steps for reason in rejections(pk)]
+    if rejected and not data.confirm_rejected:
+        raise RejectedSteps(rejected)
+    if rejected:
+        words += f", added although rejected ({'; '.join(rejected)})"
     return list(data.steps), words, None
+
+
+Kept = tuple[int | None, str, bool, int | None]  # step, observation, corrected, correction_by
+
+
+def _kept_items(
+    previous: DatasetVersion, data: SelectionData, ids: list[int]
+) -> tuple[list[Kept], str]:
+    """The previous version's items a new version keeps, and how, in words (appended to the
+    source): every one for hand-picked steps (a step picked again is replaced); for a queue,
+    every one the queue has not decided (a step it accepts is replaced by its decision, one
+    it rejects is dropped)."""
+    rows = list(
+        previous.items.order_by("position").values_list(
+            "step_id", "observation", "corrected", "correction_by_id"
+        )
+    )
+    new = set(ids)
+    if data.queue is None:
+        return [r for r in rows if r[0] not in new], ""
+    decided = queue_decisions(data.queue, with_fixed=data.with_fixed)
+    kept = [r for r in rows if r[0] not in decided]
+    held = {r[0] for r in rows}
+    replaced = len(new & held)
+    dropped = sum(1 for r in rows if r[0] in decided and decided[r[0]] is None)
+    parts = [f"{len(new - held)} new"]
+    if replaced:
+        parts.append(f"{replaced} replaced by the queue's decision")
+    if dropped:
+        them = "it" if dropped == 1 else "them"
+        parts.append(f"{dropped} dropped as the queue did not accept {them}")
+    return kept, f" ({', '.join(parts)})"
 
 
 def create_version(project: Project, user, data: SelectionData) -> DatasetVersion:
     """A new version of the dataset `data.name` (made when new): its steps and their
-    corrections, all written or none. Hand-picked steps are added to the latest version's."""
+    corrections, all written or none. Hand-picked steps, and a queue's unless `replace`, are
+    added to the latest version's."""
     ids, source, decided = _chosen_steps(project, data)
     with transaction.atomic():
         dataset, _ = Dataset.objects.get_or_create(
@@ -177,13 +317,12 @@ def create_version(project: Project, user, data: SelectionData) -> DatasetVersio
         )
         Dataset.objects.select_for_update().filter(pk=dataset.pk).first()  # one version at a time
         previous = dataset.versions.order_by("-number").first()
-        keep: list[tuple[int | None, str, bool]] = []
-        if data.steps and previous is not None:
-            kept = previous.items.order_by("position").values_list(
-                "step_id", "observation", "corrected"
-            )
-            keep = [k for k in kept if k[0] not in set(ids)]
-            source = f"v{previous.number} + {source}"
+        keep: list[Kept] = []
+        if previous is not None and (data.steps or (data.queue is not None and not data.replace)):
+            keep, how = _kept_items(previous, data, ids)
+            source = f"v{previous.number} + {source}{how}"
+        elif previous is not None and data.queue is not None:
+            source = f"{source}, replacing v{previous.number}"
         if not ids and not keep:
             raise DatasetError(f"no step to put in the dataset: {source} holds none")
         if len(ids) + len(keep) > MAX_ITEMS:
@@ -195,13 +334,20 @@ def create_version(project: Project, user, data: SelectionData) -> DatasetVersio
         version = DatasetVersion.objects.create(
             dataset=dataset, number=number, source=source[:500], created_by=user
         )
+        chosen: list[Kept] = [
+            (pk, fixes[pk].text, True, fixes[pk].by) if pk in fixes else (pk, "", False, None)
+            for pk in ids
+        ]
         rows = [
             DatasetItem(
-                version=version, position=i, step_id=step, observation=text, corrected=fixed
+                version=version,
+                position=i,
+                step_id=step,
+                observation=text,
+                corrected=fixed,
+                correction_by_id=by,
             )
-            for i, (step, text, fixed) in enumerate(
-                [*keep, *((pk, fixes.get(pk, ""), pk in fixes) for pk in ids)]
-            )
+            for i, (step, text, fixed, by) in enumerate([*keep, *chosen])
         ]
         DatasetItem.objects.bulk_create(rows, batch_size=2000)
         DatasetVersion.objects.filter(pk=version.pk).update(
@@ -222,7 +368,11 @@ _FILE_META: dict[str, Any] = {"awb_source": True}
 
 
 def _export_turn(
-    row: tuple, correction: str | None, meta: dict[str, Any], from_file: bool = False
+    row: tuple,
+    correction: str | None,
+    meta: dict[str, Any],
+    from_file: bool = False,
+    rejected: bool = False,
 ) -> ExportTurn:
     """A step (a `STEP_COLUMNS` row, its meta decoded) as an export turn. A corrected step
     keeps no world-model thinking: it reasoned towards the observation that was replaced."""
@@ -248,6 +398,7 @@ def _export_turn(
         call_id,
         source == _FINAL_SOURCE,
         _FILE_META if from_file else _NO_META,
+        rejected,
     )
 
 
@@ -305,7 +456,9 @@ def _rows_with_ids(key: str, build: Callable[[list[int]], Any], ids: Iterable[in
     PostgreSQL the ids go as one array (`= ANY(%s)`) in SQL made once per `key`: Django
     would compile a placeholder per id into every query, a large part of an export's time."""
     ids = list(ids)
-    if connection.vendor != "postgresql" or not ids:
+    if not ids:  # `pk__in=[]` compiles to no SQL at all (EmptyResultSet): nothing to read
+        return []
+    if connection.vendor != "postgresql":
         return _plain_rows(build(ids))
     if key not in _ANY_SQL:
         sql, params = build([0]).query.sql_with_params()
@@ -344,6 +497,7 @@ class _TrajectoryFacts:
     tools: list[Any]
     tags: list[str]
     awb_task: str
+    agent_system_prompt: str = ""
 
 
 @dataclass(slots=True)
@@ -355,15 +509,58 @@ class _BranchContext:
     metas: dict[int, dict[str, Any]]  # step index -> the step's meta (its AWB row facts)
 
 
+_ID_CHUNK = 5000  # ids a query (SQLite's bound-parameter limit)
+
+
+def rejected_steps(step_ids: Iterable[int]) -> set[int]:
+    """The steps a review rejected, as `rejections` says (in bulk): a queue item whose
+    adjudication rejects it; a queue item not adjudicated where an annotator who completed it
+    rejected it; an annotation outside queues that rejects it. A step only accepted, or never
+    reviewed, is not rejected."""
+    ids = list(step_ids)
+    rejected: set[int] = set()
+    for begin in range(0, len(ids), _ID_CHUNK):
+        part = ids[begin : begin + _ID_CHUNK]
+        decided: set[tuple[int, int]] = set()
+        for step_id, queue_id, verdict in Adjudication.objects.filter(
+            item__step_id__in=part
+        ).values_list("item__step_id", "item__queue_id", "verdict"):
+            decided.add((step_id, queue_id))
+            if verdict == Verdict.REJECT:
+                rejected.add(step_id)
+        in_queues: dict[tuple[int, int], set[int]] = {}  # (step, queue) -> who rejected it
+        for step_id, queue_id, author_id in StepAnnotation.objects.filter(
+            step_id__in=part, verdict=Verdict.REJECT
+        ).values_list("step_id", "queue_id", "author_id"):
+            if queue_id is None:
+                rejected.add(step_id)
+            elif (step_id, queue_id) not in decided:
+                in_queues.setdefault((step_id, queue_id), set()).add(author_id)
+        if in_queues:
+            done = QueueClaim.objects.filter(
+                item__step_id__in={s for s, _ in in_queues}, done_at__isnull=False
+            ).values_list("item__step_id", "item__queue_id", "user_id")
+            for step_id, queue_id, user_id in done:
+                if user_id in in_queues.get((step_id, queue_id), ()):
+                    rejected.add(step_id)
+    return rejected
+
+
 def _contexts(
     branch_ids: Iterable[int],
     version: DatasetVersion | None,
     known: dict[int, str | None] | None = None,
+    *,
+    reviews: bool = False,
 ) -> dict[int, _BranchContext]:
     """The path of each branch as export turns, in a fixed number of queries whatever the
     number of branches: the observation of each step the version holds with a correction is
     that correction (in the history of later steps too). `known`: the version's items already
-    read (step id -> its correction, or None), so only the other steps are looked up."""
+    read (step id -> its correction, or None), so only the other steps are looked up. With
+    `reviews`, each turn says whether a review rejected its step (`rejected_steps`)."""
+    branch_ids = list(branch_ids)
+    if not branch_ids:
+        return {}
     rows = _rows_with_ids(
         "branches",
         lambda ids: Branch.objects.filter(pk__in=ids).values_list(*BRANCH_COLUMNS),
@@ -388,6 +585,7 @@ def _contexts(
     )
     for row in steps:
         rows_of_branch.setdefault(row[1], []).append(row)
+    rejected = rejected_steps(r[0] for r in steps) if reviews else set()
     known = known or {}
     fixes: dict[int, str] = {pk: text for pk, text in known.items() if text is not None}
     if version is not None:
@@ -407,7 +605,9 @@ def _contexts(
     facts: dict[int, _TrajectoryFacts] = {}
     for pk, (domain, title, task, system, tools, metadata, source_format) in trajectories.items():
         tools = _json(tools, [])
-        awb = _json(metadata, {}).get("agentworldbench") or {}
+        metadata = _json(metadata, {})
+        awb = metadata.get("agentworldbench") or {}
+        agent_system = metadata.get("agent_system_prompt")
         facts[pk] = _TrajectoryFacts(
             pk=pk,
             domain=domain,
@@ -418,6 +618,7 @@ def _contexts(
             tools=tools,
             tags=tags[pk],
             awb_task=str(awb.get("task") or "") if source_format == "agentworldbench" else "",
+            agent_system_prompt=agent_system if isinstance(agent_system, str) else "",
         )
     found = {}
     for pk, branch in branches.items():
@@ -442,7 +643,7 @@ def _contexts(
             branch=branch,
             trajectory=trajectory,
             steps=[
-                _export_turn(r, fixes.get(r[0]), m, from_file)
+                _export_turn(r, fixes.get(r[0]), m, from_file, r[0] in rejected)
                 for r, m in zip(path, metas, strict=True)
             ],
             position={r[2]: i for i, r in enumerate(path)},
@@ -472,7 +673,7 @@ def _example(ctx: _BranchContext, index: int) -> Example:
     # positional, in the field order of Example (one per row: keywords cost)
     return Example(
         t.pk, ctx.branch.pk, t.domain, t.title, t.task_instruction, t.system_prompt, t.tools,
-        ctx.steps, at, t.tags, awb_row,
+        ctx.steps, at, t.tags, awb_row, t.agent_system_prompt,
     )  # fmt: skip
 
 
@@ -482,14 +683,24 @@ class ExportCounts:
     items: int = 0
     deleted: int = 0  # items whose step is gone
     no_row: int = 0  # items the format has no row for (a final answer's world-model turn, ...)
+    # rows left out because their context holds a rejected step (`drop_rejected_context`)
+    rejected_context: int = 0
+    # `thinking` rows whose target had no world-model thinking: written with an empty block
+    empty_thinking: int = 0
+
+    def left_out(self) -> dict[str, int]:
+        """What an export job keeps beside its own counters (in its `options`)."""
+        return {"rejected_context": self.rejected_context, "empty_thinking": self.empty_thinking}
 
 
 def version_examples(
-    version: DatasetVersion, counts: ExportCounts, *, chunk: int = 2000
+    version: DatasetVersion, counts: ExportCounts, *, chunk: int = 2000, reviews: bool = False
 ) -> Iterator[Example]:
     """The version's items as examples, in position order, `chunk` items at a time (fewer
     when their branches' paths hold more than `MAX_LOADED_STEPS` steps): the paths of a
-    chunk's branches are read together, and only they are in memory."""
+    chunk's branches are read together, and only they are in memory. A branch that runs on
+    into the next chunk keeps its context (a chunk may read no new branch at all). With
+    `reviews`, each turn says whether a review rejected its step."""
     items = version.items.order_by("position").values_list(
         "step_id", "step__branch_id", "step__index", "corrected", "observation"
     )
@@ -503,7 +714,7 @@ def version_examples(
         known = {row[0]: (row[4] if row[3] else None) for row in batch if row[0] is not None}
         # a branch that runs on from the last chunk keeps its context (and its cache)
         contexts = {pk: kept[pk] for pk in wanted & kept.keys()}
-        contexts.update(_contexts(wanted - contexts.keys(), version, known))
+        contexts.update(_contexts(wanted - contexts.keys(), version, known, reviews=reviews))
         for step_id, branch_id, index, _, _ in batch:
             counts.items += 1
             if step_id is None or branch_id is None or index is None:
@@ -524,9 +735,11 @@ def version_examples(
         yield from flush()
 
 
-def branch_examples(branch: Branch, counts: ExportCounts) -> Iterator[Example]:
+def branch_examples(
+    branch: Branch, counts: ExportCounts, *, reviews: bool = False
+) -> Iterator[Example]:
     """Every step of a branch (its whole path from step 0), as recorded: no corrections."""
-    ctx = _contexts([branch.pk], None)[branch.pk]
+    ctx = _contexts([branch.pk], None, reviews=reviews)[branch.pk]
     for index in ctx.position:
         counts.items += 1
         yield _example(ctx, index)
@@ -544,12 +757,19 @@ def rows_of(
     import orjson
 
     fallback = json.JSONEncoder(ensure_ascii=True).encode  # escapes keep it valid UTF-8
+    drop = options.drop_rejected_context and fmt != "agentworldbench"
+    thinking = options.thinking and trains_world_model(fmt, options)
     for example in examples:
+        if drop and context_rejected(example):
+            counts.rejected_context += 1
+            continue
         row = row_for(fmt, example, options)
         if row is None:
             counts.no_row += 1
             continue
         counts.rows += 1
+        if thinking and not has_thinking(example.turn):
+            counts.empty_thinking += 1
         try:
             yield orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
         except orjson.JSONEncodeError:
@@ -575,13 +795,20 @@ def zip_chunks(lines: Iterator[bytes], data_name: str, info: Callable[[], str]) 
     """A zip of the rows and dataset_info.json, written as it is read (a zip file can be
     streamed: each entry's sizes follow its data)."""
     buffer = _Pipe()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    archive = zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED)
+    try:
         with archive.open(data_name, "w", force_zip64=True) as entry:
             for line in lines:
                 entry.write(line)
                 if buffer.pending() >= 1 << 16:
                     yield buffer.take()
         archive.writestr("dataset_info.json", info())
+    except BaseException:
+        # a failed export must not end as a complete-looking zip: the central directory
+        # (written on close) is never made, so what was sent reads as a broken archive
+        buffer.broken = True
+        raise
+    archive.close()
     yield buffer.take()
 
 
@@ -592,11 +819,14 @@ class _Pipe(io.RawIOBase):
         self._chunks: list[bytes] = []
         self._size = 0
         self._position = 0
+        self.broken = False  # set on a failure: later writes (the zip's close) are dropped
 
     def writable(self) -> bool:
         return True
 
     def write(self, data) -> int:  # type: ignore[override]
+        if self.broken:
+            return len(data)
         data = bytes(data)
         self._chunks.append(data)
         self._size += len(data)
@@ -654,14 +884,30 @@ def version_chunks(
     a zip with its `dataset_info.json`): the one shape of the download and the file."""
     check_format(fmt)
     dataset = version.dataset
-    stem = f"{file_stem(dataset.name)}-v{version.number}-{fmt}"
-    examples = ticking(version_examples(version, counts), counts, tick, stop)
+    stem = f"{file_stem(dataset.name)}-v{version.number}-{file_suffix(fmt, options)}"
+    reviews = options.drop_rejected_context
+    examples = ticking(version_examples(version, counts, reviews=reviews), counts, tick, stop)
     lines = rows_of(examples, fmt, options, counts)
     name = f"{stem}.jsonl"
     if fmt != "llamafactory":
-        return name, lines
+        return name, broken_on_error(lines)
     info_name = f"{file_stem(dataset.name)}-v{version.number}"
     return f"{stem}.zip", zip_chunks(lines, name, lambda: dataset_info(info_name, options, name))
+
+
+# What a JSONL export that fails midway ends with: an unterminated JSON object, so the file
+# does not parse as complete JSON lines even where the connection's end looked clean.
+BROKEN_TAIL = b'\n{"export_failed": '
+
+
+def broken_on_error(lines: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines; on an error, `BROKEN_TAIL` and then the error again (which aborts a
+    streamed response's connection)."""
+    try:
+        yield from lines
+    except Exception:
+        yield BROKEN_TAIL
+        raise
 
 
 def write_atomically(chunks: Iterable[bytes], dest: Path) -> int:
@@ -670,6 +916,7 @@ def write_atomically(chunks: Iterable[bytes], dest: Path) -> int:
     fd, tmp = tempfile.mkstemp(prefix=".export-", dir=dest.parent)
     try:
         with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), default_file_mode())  # mkstemp's 0600, as a new file's
             write_rows(chunks, out)
         os.replace(tmp, dest)
     except BaseException:

@@ -1,13 +1,14 @@
 """Model endpoints, the models a project can run: seeding them from the environment, the
 project's defaults, what a simulation request takes from one, their API keys, and testing
-one with a one-token request."""
+one with a one-token request (a judge: with a judge request whose answer must parse into the
+judge answer shape)."""
 
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -403,25 +404,57 @@ def record_test(endpoint: ModelEndpoint, ok: bool, latency_ms: float | None, det
     )
 
 
+# The judge's Test: the real judge prompt on this built-in sample, one terminal turn whose
+# prediction matches the reference (so any judge scores it, and quickly).
+JUDGE_TEST_ROW = {
+    "task": "terminal",
+    "id": "studio-judge-test",
+    "turn_idx": 1,
+    "total_turns": 1,
+    "prompt": ["### Turn 1\n\n**Action:**\n```bash\nls\n```"],
+    "response": ["**Environment Observation:**\nnotes.txt  src"],
+    "predicted_observation": "notes.txt  src",
+}
+# A judge thinks before it answers: more time and tokens than the one-token test.
+JUDGE_TEST_TIMEOUT_S = 60.0
+JUDGE_TEST_MAX_TOKENS = 2048
+
+
 def probe_chat(endpoint: ModelEndpoint) -> tuple[bool, float | None, str]:
-    """A one-token chat request: (answered, milliseconds, what it said or the exact error)."""
+    """A one-token chat request: (answered, milliseconds, what it said or the exact error);
+    for a judge, a judge request whose answer must be in the judge answer shape."""
     import openai
 
     try:
         key = api_key_of(endpoint)
     except EndpointError as exc:
         return False, None, str(exc)
+    judge = endpoint.role == EndpointRole.JUDGE
     client = openai.OpenAI(
-        base_url=endpoint.base_url, api_key=key or "EMPTY", timeout=TEST_TIMEOUT_S, max_retries=0
+        base_url=endpoint.base_url,
+        api_key=key or "EMPTY",
+        timeout=JUDGE_TEST_TIMEOUT_S if judge else TEST_TIMEOUT_S,
+        max_retries=0,
     )
     started = time.perf_counter()
     try:
-        response = client.chat.completions.create(
-            model=endpoint.model,
-            messages=[{"role": "user", "content": "Reply with one word: ready"}],
-            max_tokens=1,
-            temperature=0,
-        )
+        if judge:
+            from inference.judge import build_judge_messages
+
+            max_tokens = endpoint.max_tokens or JUDGE_TEST_MAX_TOKENS
+            response = client.chat.completions.create(
+                model=endpoint.model,
+                messages=cast(Any, build_judge_messages(JUDGE_TEST_ROW)),
+                max_tokens=max_tokens,
+                temperature=0.6 if endpoint.temperature is None else endpoint.temperature,
+            )
+        else:
+            response = client.chat.completions.create(
+                model=endpoint.model,
+                messages=[{"role": "user", "content": "Reply with one word: ready"}],
+                max_tokens=1,
+                temperature=0,
+            )
     except openai.APIStatusError as exc:
         return False, None, f"HTTP {exc.status_code} from {endpoint.base_url}: {exc.message}"
     except openai.OpenAIError as exc:
@@ -431,7 +464,30 @@ def probe_chat(endpoint: ModelEndpoint) -> tuple[bool, float | None, str]:
     choices = response.choices or []
     text = (choices[0].message.content or "") if choices else ""
     served = response.model or endpoint.model
+    if judge:
+        return _judge_answer_verdict(served, text, choices, latency, max_tokens)
     return True, latency, f"{served} answered {text!r}"
+
+
+def _judge_answer_verdict(
+    served: str, text: str, choices: list, latency: float, max_tokens: int
+) -> tuple[bool, float | None, str]:
+    from inference.judge import judge_shape_problem, parse_judgement
+
+    problem = judge_shape_problem(text)
+    if problem is None:
+        scores = parse_judgement(text).scores
+        shown = ", ".join(f"{d} {v}" for d, v in scores.items())
+        return True, latency, f"{served} answers in the judge shape ({shown} on a built-in sample)"
+    cut = bool(choices) and choices[0].finish_reason == "length"
+    why = f" (the answer was cut at {max_tokens} tokens)" if cut else ""
+    tail = text.strip()[-300:]
+    return (
+        False,
+        latency,
+        f"{served} answered, not in the judge shape: {problem}{why}. "
+        f"The end of its answer: {tail!r}",
+    )
 
 
 def probe_retrieval(endpoint: ModelEndpoint) -> tuple[bool, float | None, str]:

@@ -6,6 +6,7 @@ pipeline computes them."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ class EvaluationData:
     files: list[str] = field(default_factory=list)  # benchmark source: these files (empty: all)
     domains: list[str] = field(default_factory=list)  # empty: all
     limit_per_domain: int = 50
+    # with the source, files, domains and limit, fixes the samples: the same five, the same set
+    sample_seed: int = 0
     temperature: float = 0.6
     max_tokens: int = 32768
     top_p: float | None = None
@@ -90,6 +93,7 @@ def _create_run(project: Project, user, data: EvaluationData) -> EvaluationRun:
         source=data.source,
         domains=list(data.domains),
         limit_per_domain=data.limit_per_domain,
+        sample_seed=data.sample_seed,
         concurrency=data.concurrency,
         # an in-process model runs on a gpu worker; served ones and the baseline anywhere
         queue=queue_name("gpu" if data.world.kind == "hf" else "default"),
@@ -135,9 +139,21 @@ def benchmark_files(project: Project) -> list[str]:
     )
 
 
-def candidate_steps(run: EvaluationRun) -> list[tuple[int, int, str]]:
-    """(trajectory id, step index, domain) of the recorded steps a run may sample: on each
-    trajectory's recorded branch, with a recorded observation."""
+@dataclass(frozen=True)
+class Candidate:
+    """A recorded step a run may sample. `identity` names it apart from database ids (the
+    trajectory's import identity, its content hash, and the step's index), so the draw does
+    not depend on the order rows were written in."""
+
+    trajectory_id: int
+    step_index: int
+    domain: str
+    identity: str
+
+
+def candidate_steps(run: EvaluationRun) -> list[Candidate]:
+    """The recorded steps a run may sample: on each trajectory's recorded branch, with a
+    recorded observation; by domain, then identity."""
     trajectories = Trajectory.objects.filter(project_id=run.project_id)
     if run.source == "benchmark":
         trajectories = trajectories.filter(source_format="agentworldbench")
@@ -146,34 +162,83 @@ def candidate_steps(run: EvaluationRun) -> list[tuple[int, int, str]]:
             trajectories = trajectories.filter(source_file__in=files)
     if run.domains:
         trajectories = trajectories.filter(domain__in=run.domains)
-    return list(
-        Step.objects.filter(
-            branch__trajectory__in=trajectories,
-            branch__parent__isnull=True,
-            provenance=Provenance.RECORDED,
+    found = Step.objects.filter(
+        branch__trajectory__in=trajectories,
+        branch__parent__isnull=True,
+        provenance=Provenance.RECORDED,
+    ).exclude(observation="")
+    candidates = [
+        Candidate(t, i, d, f"{key}:{i}")
+        for t, i, d, key in found.values_list(
+            "branch__trajectory_id",
+            "index",
+            "branch__trajectory__domain",
+            "branch__trajectory__source_key",
         )
-        .exclude(observation="")
-        .order_by("branch__trajectory_id", "index")
-        .values_list("branch__trajectory_id", "index", "branch__trajectory__domain")
-    )
+    ]
+    return sorted(candidates, key=lambda c: (c.domain, c.identity))
 
 
-def choose_samples(run: EvaluationRun) -> list[EvaluationSample]:
-    """At most `limit_per_domain` steps of each domain, drawn with the run's own seed (its
-    id) so that a run is reproducible and spread over the trajectories."""
-    by_domain: dict[str, list[tuple[int, int]]] = {}
-    for trajectory_id, index, domain in candidate_steps(run):
-        by_domain.setdefault(domain, []).append((trajectory_id, index))
+@dataclass
+class SampleSet:
+    """The samples a run scores, the digest that names them (`EvaluationRun.sample_set`) and
+    how many steps of each domain they were drawn from."""
+
+    samples: list[EvaluationSample]
+    digest: str
+    pool: dict[str, int]
+
+
+def sample_set_digest(identities: list[str]) -> str:
+    """sha256 of the sorted identities of the samples: two runs with the same digest scored
+    the same steps."""
+    return hashlib.sha256("\n".join(sorted(identities)).encode()).hexdigest()
+
+
+def draw_samples(run: EvaluationRun) -> SampleSet:
+    """At most `limit_per_domain` steps of each domain, drawn with the run's `sample_seed`
+    from the candidates in a fixed order: the same source (and files), domains, limit and
+    seed give the same samples, whatever the run and whenever it is made."""
+    by_domain: dict[str, list[Candidate]] = {}
+    for candidate in candidate_steps(run):
+        by_domain.setdefault(candidate.domain, []).append(candidate)
     chosen: list[EvaluationSample] = []
+    identities: list[str] = []
     for domain, steps in sorted(by_domain.items()):
         picked = steps
         if len(steps) > run.limit_per_domain:
-            picked = sorted(random.Random(f"{run.pk}-{domain}").sample(steps, run.limit_per_domain))
+            # a string seed: random hashes it with sha512, the same in every process
+            rng = random.Random(f"{run.sample_seed}-{domain}")
+            picked = sorted(rng.sample(steps, run.limit_per_domain), key=lambda c: c.identity)
+        identities += [c.identity for c in picked]
         chosen += [
-            EvaluationSample(run=run, domain=domain, trajectory_id=t, step_index=i, key=f"{t}:{i}")
-            for t, i in picked
+            EvaluationSample(
+                run=run,
+                domain=domain,
+                trajectory_id=c.trajectory_id,
+                step_index=c.step_index,
+                key=f"{c.trajectory_id}:{c.step_index}",
+            )
+            for c in picked
         ]
-    return chosen
+    pool = {domain: len(steps) for domain, steps in sorted(by_domain.items())}
+    return SampleSet(chosen, sample_set_digest(identities), pool)
+
+
+def choose_samples(run: EvaluationRun) -> list[EvaluationSample]:
+    return draw_samples(run).samples
+
+
+def sample_set_of_saved(run: EvaluationRun) -> str:
+    """The digest of a run's saved samples (a run sampled before digests were kept); a
+    sample whose trajectory was deleted counts by its key."""
+    identities = [
+        f"{source_key}:{index}" if source_key is not None else f"deleted:{key}"
+        for source_key, index, key in run.samples.values_list(
+            "trajectory__source_key", "step_index", "key"
+        )
+    ]
+    return sample_set_digest(identities)
 
 
 def rows_of(trajectory: Trajectory) -> list[dict[str, Any]]:
@@ -295,16 +360,61 @@ class LeaderRow:
     run: EvaluationRun | None  # None: published figures
     cells: dict[str, dict[str, Any]]  # domain (and "overall") -> figures
     note: str = ""
+    samples: int | None = None  # the samples of its set (None: published, not known here)
 
 
-def leaderboard(project: Project) -> list[LeaderRow]:
-    """The project's finished runs (their figures) and the published ones, best overall
-    first; published figures are marked as such."""
+@dataclass
+class LeaderGroup:
+    """The rows scored on one sample set (ranked among themselves), or the published ones.
+    `full`: every run of the set scored every recorded step of all seven domains of the
+    AgentWorldBench files imported here (no file, domain or limit left any out)."""
+
+    key: str  # the sample set's digest, or "published"
+    rows: list[LeaderRow]
+    samples: int | None = None
+    full: bool = False
+
+    @property
+    def published(self) -> bool:
+        return self.key == "published"
+
+    @property
+    def runs(self) -> list[EvaluationRun]:
+        return [r.run for r in self.rows if r.run is not None]
+
+
+def is_full_benchmark(run: EvaluationRun) -> bool:
+    """Whether the run scored every recorded step of the seven domains of the AgentWorldBench
+    files imported into its project: what the published figures were scored on, as far as
+    this project holds the benchmark."""
+    params = run.params or {}
+    pool = params.get("sample_pool")
+    if run.source != "benchmark" or params.get("files") or run.domains or not pool:
+        return False
+    if set(pool) != set(DOMAINS):
+        return False
+    return all(count <= run.limit_per_domain for count in pool.values())
+
+
+def _rank(row: LeaderRow) -> tuple[float, float]:
+    """By the overall figure; runs without every domain (no overall) after, by their pooled
+    figure."""
+    cell = row.cells.get("overall", {})
+    total, pooled = cell.get("total"), cell.get("pooled")
+    return (-1.0 if total is None else float(total), -1.0 if pooled is None else float(pooled))
+
+
+def leaderboard(project: Project) -> list[LeaderGroup]:
+    """The project's finished runs, grouped by the sample set they scored (runs are ranked
+    only against runs that scored the same samples), newest set first; then the published
+    figures, a group of their own. Within a group, best overall first."""
     from studio.services.published import PUBLISHED, PUBLISHED_SOURCE
 
-    rows: list[LeaderRow] = []
-    runs = EvaluationRun.objects.filter(project=project, status=JobStatus.SUCCEEDED).select_related(
-        "world_endpoint"
+    groups: dict[str, LeaderGroup] = {}
+    runs = (
+        EvaluationRun.objects.filter(project=project, status=JobStatus.SUCCEEDED)
+        .select_related("world_endpoint")
+        .order_by("-created_at", "-pk")
     )
     for run in runs:
         result = run.results or figures(run)
@@ -315,22 +425,30 @@ def leaderboard(project: Project) -> list[LeaderRow]:
         # domain has none); the pooled figure `score` prints is on the run's page
         mean = round(sum(totals) / len(totals), 2) if all(t is not None for t in totals) else None
         cells = {**domains, "overall": {**pooled, "total": mean, "pooled": pooled.get("total")}}
-        rows.append(LeaderRow(f"{run.name}", run, cells, f"{run.world_model or run.world_kind}"))
-    for model, published in PUBLISHED.items():
-        cells = {d: {"total": v, "published": True} for d, v in published.items()}
-        rows.append(LeaderRow(model, None, cells, PUBLISHED_SOURCE))
-
-    def overall(row: LeaderRow) -> tuple[float, float]:
-        """By the overall figure; runs without every domain (no overall) after, by their
-        pooled figure."""
-        cell = row.cells.get("overall", {})
-        total, pooled = cell.get("total"), cell.get("pooled")
-        return (
-            -1.0 if total is None else float(total),
-            -1.0 if pooled is None else float(pooled),
+        # a run sampled before sample sets were kept: named by what it holds (GET never
+        # writes, so it is not stored here)
+        digest = run.sample_set or sample_set_of_saved(run)
+        group = groups.setdefault(digest, LeaderGroup(digest, [], run.samples_total, True))
+        group.full = group.full and is_full_benchmark(run)
+        group.rows.append(
+            LeaderRow(run.name, run, cells, run.world_model or run.world_kind, run.samples_total)
         )
-
-    return sorted(rows, key=overall, reverse=True)
+    published = LeaderGroup(
+        "published",
+        [
+            LeaderRow(
+                model,
+                None,
+                {d: {"total": v, "published": True} for d, v in row.items()},
+                PUBLISHED_SOURCE,
+            )  # fmt: skip
+            for model, row in PUBLISHED.items()
+        ],
+    )
+    ordered = [*groups.values(), published]
+    for group in ordered:
+        group.rows.sort(key=_rank, reverse=True)
+    return ordered
 
 
 LEADER_COLUMNS = [*DOMAINS, "overall"]

@@ -39,6 +39,7 @@ from studio.models import (
 )
 from studio.queues import queue_name
 from studio.services import job_limits
+from studio.services.blinding import SEES_ALL, Blindness
 from studio.services.jobs import STOPPED, reopen, request_cancel
 from studio.services.simulation import system_prompt_for, turn_of
 
@@ -282,12 +283,16 @@ class Fidelity:
     with_reference: list[bool]
     judged: int
     mean: dict[str, float | None]
+    # judged steps left out because they are hidden from the reader (blind review)
+    hidden: tuple[int, ...] = ()
 
 
-def fidelity(branch: Branch) -> Fidelity:
+def fidelity(branch: Branch, blindness: Blindness = SEES_ALL) -> Fidelity:
+    """The branch's judged steps, less those `blindness` hides (their count is `hidden`)."""
     steps = list(branch.all_steps().only("pk", "index"))
     latest = latest_judgements(s.pk for s in steps)
-    judged_steps = [s for s in steps if s.pk in latest]
+    hidden = tuple(blindness.hidden(s.pk for s in steps if s.pk in latest))
+    judged_steps = [s for s in steps if s.pk in latest and not blindness.hides(s.pk)]
     scores: dict[str, list[float | None]] = {d: [] for d in DIMENSIONS}
     totals, refs = [], []
     for step in judged_steps:
@@ -307,6 +312,7 @@ def fidelity(branch: Branch) -> Fidelity:
         with_reference=refs,
         judged=len(judged_steps),
         mean=mean,
+        hidden=hidden,
     )
 
 
@@ -318,13 +324,21 @@ class JudgeVsHuman:
 
     rows: list[dict[str, Any]]  # dimension, pairs, alpha, mean_abs_diff, note
     steps: int
+    # steps asked about and left out because they are hidden from the reader (blind review)
+    hidden: tuple[int, ...] = ()
 
 
-def judge_vs_human(step_ids: Iterable[int], job: JudgeJob | None = None) -> JudgeVsHuman:
+def judge_vs_human(
+    step_ids: Iterable[int], job: JudgeJob | None = None, blindness: Blindness = SEES_ALL
+) -> JudgeVsHuman:
+    """Over `step_ids` less those `blindness` hides: a hidden step's judge score and people's
+    ratings would both show through the alpha and the mean difference."""
     import krippendorff
     import numpy as np
 
-    ids = list(step_ids)
+    asked = list(step_ids)
+    hidden = tuple(blindness.hidden(asked))
+    ids = blindness.visible(asked)
     latest = latest_judgements(ids, job)
     people: dict[int, list[dict[str, Any]]] = {}
     for step_id, ratings in StepAnnotation.objects.filter(step_id__in=list(latest)).values_list(
@@ -369,4 +383,4 @@ def judge_vs_human(step_ids: Iterable[int], job: JudgeJob | None = None) -> Judg
         elif not entry["note"]:
             entry["note"] = "no step scored by both yet"
         rows.append(entry)
-    return JudgeVsHuman(rows=rows, steps=len(both))
+    return JudgeVsHuman(rows=rows, steps=len(both), hidden=hidden)

@@ -2,7 +2,12 @@
 takes the next item that still has a free slot (a claim, held for `claim_minutes`, so two
 people do not take the same slot); saving their annotation of it marks the slot done. Blind
 queues hide the others' annotations of an item until one's own is in. Owners see progress
-per annotator."""
+per annotator.
+
+An annotator may skip an item (with a reason): their claim then holds no slot, and they are
+never offered that item again, so it goes to someone else. They may flag it for the queue's
+lead (with a note), skipping it or not; the lead clears the flag. The lead releases a claim
+(its slot is free again) or reassigns it to another member (who then holds the slot)."""
 
 from __future__ import annotations
 
@@ -17,20 +22,25 @@ from django.utils import timezone
 from studio.models import (
     DOMAINS,
     AnnotationQueue,
+    Branch,
     BranchOrigin,
     Project,
     QueueClaim,
     QueueItem,
     Step,
+    StepAnnotation,
 )
 
 MAX_ITEMS = 5000
 ORIGINS = {
     "": "any branch",
     "recorded": "recorded branches",
+    # every future simulated from a step: of a replayed action or an edited one
     "simulated": "simulated futures",
+    # the futures of an edited action, and the futures simulated on from them
     "edited": "futures of an edited action",
 }
+MAX_REASON_CHARS = 2_000
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,8 @@ class QueueData:
     branches: tuple[int, ...] = field(default_factory=tuple)  # a compare view's branches
     world: str = ""  # steps simulated in this world
     judge_below: float | None = None  # steps whose newest judge total is below this (1-5)
+    guidelines: str = ""  # Markdown
+    questions: tuple[dict[str, Any], ...] = ()  # validated by studio.services.questions
 
     def describe(self) -> str:
         parts = [f"steps of {ORIGINS.get(self.origin, self.origin)}"]
@@ -77,8 +89,14 @@ def steps_for(project: Project, data: QueueData):
         rows = rows.filter(branch__trajectory__domain=data.domain)
     if data.origin == "recorded":
         rows = rows.filter(branch__parent__isnull=True, branch__origin=BranchOrigin.RECORDED)
-    elif data.origin in (BranchOrigin.SIMULATED, BranchOrigin.EDITED):
-        rows = rows.filter(branch__origin=data.origin, branch__parent__isnull=False)
+    elif data.origin == BranchOrigin.SIMULATED:
+        # a future's own steps, whether its first action was replayed or edited
+        rows = rows.filter(
+            branch__parent__isnull=False,
+            branch__origin__in=[BranchOrigin.SIMULATED, BranchOrigin.EDITED],
+        )
+    elif data.origin == BranchOrigin.EDITED:
+        rows = rows.filter(branch_id__in=_edited_futures(project))
     if data.perturbed:
         rows = rows.filter(observation_source="perturbed")
     if data.malformed:
@@ -94,6 +112,20 @@ def steps_for(project: Project, data: QueueData):
     return rows.exclude(observation="").order_by("branch__trajectory_id", "branch_id", "index")
 
 
+def _edited_futures(project: Project) -> list[int]:
+    """The project's branches that follow an edited action: edited futures and the futures
+    simulated on from one (an edited branch on their lineage)."""
+    futures = Branch.objects.filter(trajectory__project=project, parent__isnull=False)
+    edited = set(futures.filter(origin=BranchOrigin.EDITED).values_list("pk", flat=True))
+    if not edited:
+        return []
+    return [
+        pk
+        for pk, lineage in futures.values_list("pk", "lineage")
+        if pk in edited or any(seg in edited for seg, _ in (lineage or []))
+    ]
+
+
 def create_queue(project: Project, user, data: QueueData) -> AnnotationQueue:
     ids = list(steps_for(project, data).values_list("pk", flat=True).distinct()[: data.limit])
     if not ids:
@@ -107,6 +139,8 @@ def create_queue(project: Project, user, data: QueueData) -> AnnotationQueue:
             blind=data.blind,
             claim_minutes=data.claim_minutes,
             description=data.describe(),
+            guidelines=data.guidelines,
+            questions=list(data.questions),
         )
         queue.assignees.set(data.assignees)
         QueueItem.objects.bulk_create(
@@ -119,9 +153,22 @@ def may_work(queue: AnnotationQueue, user) -> bool:
     return not queue.assignees.exists() or queue.assignees.filter(pk=user.pk).exists()
 
 
+def update_setup(queue: AnnotationQueue, guidelines: str, questions: list[dict[str, Any]]) -> None:
+    """The queue's guidelines and questions, as its owners edit them (validated)."""
+    queue.guidelines = guidelines
+    queue.questions = questions
+    queue.save(update_fields=["guidelines", "questions"])
+
+
+def _holds(now, prefix: str = "") -> Q:
+    """Claims that hold a slot: done, or taken, not expired and not skipped."""
+    return Q(**{f"{prefix}done_at__isnull": False}) | Q(
+        **{f"{prefix}expires_at__gt": now, f"{prefix}skipped_at__isnull": True}
+    )
+
+
 def _taken(now) -> Q:
-    """Claims that hold a slot: done, or not expired."""
-    return Q(claims__done_at__isnull=False) | Q(claims__expires_at__gt=now)
+    return _holds(now, "claims__")
 
 
 def claim_next(queue: AnnotationQueue, user) -> QueueItem | None:
@@ -130,7 +177,11 @@ def claim_next(queue: AnnotationQueue, user) -> QueueItem | None:
     now = timezone.now()
     held = (
         QueueClaim.objects.filter(
-            item__queue=queue, user=user, done_at__isnull=True, expires_at__gt=now
+            item__queue=queue,
+            user=user,
+            done_at__isnull=True,
+            skipped_at__isnull=True,
+            expires_at__gt=now,
         )
         .select_related("item")
         .order_by("item__position")
@@ -139,9 +190,12 @@ def claim_next(queue: AnnotationQueue, user) -> QueueItem | None:
     if held is not None:
         return held.item
     expires = now + timedelta(minutes=queue.claim_minutes)
-    mine_done = QueueClaim.objects.filter(item=OuterRef("pk"), user=user, done_at__isnull=False)
+    # done or skipped by them: never offered to them again
+    mine_over = QueueClaim.objects.filter(item=OuterRef("pk"), user=user).filter(
+        Q(done_at__isnull=False) | Q(skipped_at__isnull=False)
+    )
     candidates = (
-        queue.items.exclude(Exists(mine_done))
+        queue.items.exclude(Exists(mine_over))
         .annotate(taken=Count("claims", filter=_taken(now)))
         .filter(taken__lt=queue.annotators_per_item)
         .order_by("position")
@@ -150,9 +204,7 @@ def claim_next(queue: AnnotationQueue, user) -> QueueItem | None:
         with transaction.atomic():
             # one at a time per item: two people never take its last slot together
             QueueItem.objects.select_for_update().filter(pk=item.pk).first()
-            taken = item.claims.filter(Q(done_at__isnull=False) | Q(expires_at__gt=now)).exclude(
-                user=user
-            )
+            taken = item.claims.filter(_holds(now)).exclude(user=user)
             if taken.count() >= queue.annotators_per_item:
                 continue
             try:
@@ -162,7 +214,7 @@ def claim_next(queue: AnnotationQueue, user) -> QueueItem | None:
             except IntegrityError:
                 continue
             if not created:
-                if claim.done_at is not None:
+                if claim.done_at is not None or claim.skipped_at is not None:
                     continue
                 claim.expires_at = expires  # an expired claim of theirs, taken up again
                 claim.save(update_fields=["expires_at"])
@@ -183,27 +235,108 @@ def complete(queue: AnnotationQueue, step: Step, user) -> bool:
         claim = QueueClaim.objects.filter(item=item, user=user).first()
         if claim is not None and claim.done_at is not None:
             return True
-        others = (
-            item.claims.exclude(user=user)
-            .filter(Q(done_at__isnull=False) | Q(expires_at__gt=now))
-            .count()
-        )
+        others = item.claims.exclude(user=user).filter(_holds(now)).count()
         if others >= queue.annotators_per_item:
             return False
         if claim is None:
             QueueClaim.objects.create(item=item, user=user, expires_at=now, done_at=now)
         else:
-            QueueClaim.objects.filter(pk=claim.pk).update(done_at=now)
+            # done after all (they came back to a skipped item): it is no longer skipped
+            QueueClaim.objects.filter(pk=claim.pk).update(done_at=now, skipped_at=None)
     return True
 
 
-def blind_for(step: Step, user) -> bool:
-    """Whether the user may not see the others' annotations of `step` yet: a blind queue of
-    its project that they work holds it, and they have not submitted their own there."""
-    for queue in AnnotationQueue.objects.filter(blind=True, items__step=step).distinct():
-        if may_work(queue, user) and not has_submitted(queue, step, user):
-            return True
-    return False
+class ClaimError(ValueError):
+    """A skip, flag, release or reassignment that cannot be (said in words)."""
+
+
+def _claim_of(item: QueueItem, user) -> QueueClaim:
+    """The user's claim on the item; one holding no slot when they have none (a skip or a
+    flag from an item they opened without taking it)."""
+    claim, _ = QueueClaim.objects.get_or_create(
+        item=item, user=user, defaults={"expires_at": timezone.now()}
+    )
+    return claim
+
+
+def skip(item: QueueItem, user, reason: str = "") -> QueueClaim:
+    """The user gives the item back: their slot is free and they are not offered it again."""
+    with transaction.atomic():
+        QueueItem.objects.select_for_update().filter(pk=item.pk).first()
+        claim = _claim_of(item, user)
+        if claim.done_at is not None:
+            raise ClaimError("you have submitted this item: it cannot be skipped")
+        now = timezone.now()
+        claim.skipped_at, claim.skip_reason = now, reason.strip()[:MAX_REASON_CHARS]
+        claim.expires_at = min(claim.expires_at, now)
+        claim.save(update_fields=["skipped_at", "skip_reason", "expires_at"])
+    return claim
+
+
+def flag(item: QueueItem, user, note: str = "") -> QueueClaim:
+    """The user flags the item for the queue's lead (their claim stays as it is)."""
+    claim = _claim_of(item, user)
+    claim.flagged_at, claim.flag_note = timezone.now(), note.strip()[:MAX_REASON_CHARS]
+    claim.save(update_fields=["flagged_at", "flag_note"])
+    return claim
+
+
+def clear_flag(claim: QueueClaim) -> None:
+    claim.flagged_at, claim.flag_note = None, ""
+    claim.save(update_fields=["flagged_at", "flag_note"])
+
+
+def holding(claim: QueueClaim, now=None) -> bool:
+    now = now or timezone.now()
+    return claim.done_at is None and claim.skipped_at is None and claim.expires_at > now
+
+
+def release(claim: QueueClaim) -> None:
+    """The lead frees the slot a claim holds (its annotator may take the item again)."""
+    if claim.done_at is not None:
+        raise ClaimError("this item is done by its annotator: there is nothing to release")
+    QueueClaim.objects.filter(pk=claim.pk).update(expires_at=timezone.now())
+
+
+def reassign(claim: QueueClaim, to_user) -> QueueClaim:
+    """The lead gives the slot a claim holds to `to_user` (who holds it for the queue's
+    claim time, and is offered the item first)."""
+    item = claim.item
+    queue = item.queue
+    if claim.done_at is not None:
+        raise ClaimError("this item is done by its annotator: its slot is theirs")
+    if to_user.pk == claim.user_id:
+        raise ClaimError("the claim is theirs already")
+    if not queue.project.memberships.filter(user=to_user).exists() or not may_work(queue, to_user):
+        raise ClaimError(f"{to_user.username} does not work this queue")
+    now = timezone.now()
+    with transaction.atomic():
+        QueueItem.objects.select_for_update().filter(pk=item.pk).first()
+        theirs = QueueClaim.objects.filter(item=item, user=to_user).first()
+        if theirs is not None and theirs.done_at is not None:
+            raise ClaimError(f"{to_user.username} has submitted this item already")
+        QueueClaim.objects.filter(pk=claim.pk).update(expires_at=now)
+        expires = now + timedelta(minutes=queue.claim_minutes)
+        if theirs is None:
+            return QueueClaim.objects.create(item=item, user=to_user, expires_at=expires)
+        # the lead's word over their skip: the item is theirs to do
+        theirs.expires_at, theirs.skipped_at = expires, None
+        theirs.save(update_fields=["expires_at", "skipped_at"])
+        return theirs
+
+
+def claims_for_lead(queue: AnnotationQueue) -> dict[str, list[QueueClaim]]:
+    """What the lead acts on: the claims holding a slot now, and the flagged ones."""
+    now = timezone.now()
+    rows = QueueClaim.objects.filter(item__queue=queue).select_related("user", "item__step")
+    return {
+        "holding": list(
+            rows.filter(done_at__isnull=True, skipped_at__isnull=True, expires_at__gt=now).order_by(
+                "item__position", "user__username"
+            )
+        ),
+        "flagged": list(rows.filter(flagged_at__isnull=False).order_by("flagged_at")),
+    }
 
 
 def has_submitted(queue: AnnotationQueue, step: Step, user) -> bool:
@@ -221,11 +354,24 @@ class Progress:
 
 
 def progress(queue: AnnotationQueue) -> Progress:
+    """The queue's items, slots and done slots, and per annotator: done, skipped, flagged,
+    holding now and their rate."""
+    now = timezone.now()
     items = queue.items.count()
-    done = QueueClaim.objects.filter(item__queue=queue, done_at__isnull=False)
+    claims = QueueClaim.objects.filter(item__queue=queue)
     rows = (
-        done.values("user__username")
-        .annotate(n=Count("pk"), first=Min("claimed_at"), last=Max("done_at"))
+        claims.values("user__username")
+        .annotate(
+            n=Count("pk", filter=Q(done_at__isnull=False)),
+            skipped=Count("pk", filter=Q(skipped_at__isnull=False)),
+            flagged=Count("pk", filter=Q(flagged_at__isnull=False)),
+            holding=Count(
+                "pk",
+                filter=Q(done_at__isnull=True, skipped_at__isnull=True, expires_at__gt=now),
+            ),
+            first=Min("claimed_at", filter=Q(done_at__isnull=False)),
+            last=Max("done_at"),
+        )
         .order_by("-n", "user__username")
     )
     per = []
@@ -235,15 +381,44 @@ def progress(queue: AnnotationQueue) -> Progress:
             {
                 "user": row["user__username"],
                 "done": row["n"],
+                "skipped": row["skipped"],
+                "flagged": row["flagged"],
+                "holding": row["holding"],
                 # a rate over less than a few minutes of work says nothing
                 "per_hour": round(row["n"] / (seconds / 3600), 1) if seconds >= 300 else None,
             }
         )
-    return Progress(items, items * queue.annotators_per_item, done.count(), per)
+    done = claims.filter(done_at__isnull=False).count()
+    return Progress(items, items * queue.annotators_per_item, done, per)
 
 
 def my_share(queue: AnnotationQueue, user) -> int:
     return QueueClaim.objects.filter(item__queue=queue, user=user, done_at__isnull=False).count()
+
+
+def my_skips(queue: AnnotationQueue, user) -> int:
+    return QueueClaim.objects.filter(
+        item__queue=queue, user=user, done_at__isnull=True, skipped_at__isnull=False
+    ).count()
+
+
+def question_answers(queue: AnnotationQueue) -> dict[int, dict[int, dict[str, Any]]]:
+    """{item id: {user id: answers}} over the queue's own annotations by the annotators who
+    completed the item (those the queue counts)."""
+    item_of = dict(queue.items.values_list("step_id", "pk"))
+    done = set(
+        QueueClaim.objects.filter(item__queue=queue, done_at__isnull=False).values_list(
+            "item_id", "user_id"
+        )
+    )
+    found: dict[int, dict[int, dict[str, Any]]] = {}
+    rows = StepAnnotation.objects.filter(queue=queue).values_list("step_id", "author_id", "answers")
+    for step_id, author_id, answers in rows:
+        item_id = item_of.get(step_id)
+        if item_id is None or (item_id, author_id) not in done or not answers:
+            continue
+        found.setdefault(item_id, {})[author_id] = dict(answers)
+    return found
 
 
 DOMAIN_CHOICES = [("", "any domain"), *[(d, d) for d in DOMAINS]]

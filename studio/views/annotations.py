@@ -1,21 +1,29 @@
 """Annotating one step, keyboard first (static/js/annotate.js): ratings on the five
-dimensions, a verdict, a corrected observation, tags and a comment; every member of the
-project annotates (annotators above all); each annotator's annotation is their own, others'
-are listed beside it, and its history of saved versions is kept."""
+dimensions, a verdict, a corrected observation, tags, a comment and, in a queue, the queue's
+own questions; every member of the project annotates (annotators above all). Each queue asks
+anew: an annotator's annotation of a step in a queue is that queue's, and the one made from
+the step's own page is outside any queue. The others' annotations of the same queue (or of
+none) are listed beside it unless blind review hides them; earlier annotations of the step
+show only in a non-blind queue, labelled as earlier. In a queue the page also gives what
+shaped the step (the task, the earlier steps, the world or perturbation, the recorded
+reference), the queue's guidelines, and skip and flag."""
 
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods
 
 from inference.judge import DIMENSIONS
 from studio.access import get_step_for_user, signed_in_user
 from studio.http import HtmxHttpRequest
-from studio.models import AnnotationQueue, Branch, Dataset, Step, StepAnnotation, Verdict
+from studio.models import AnnotationQueue, Branch, Dataset, Step, Verdict
+from studio.rendering.markdown import render_markdown
 from studio.services import annotations as service
+from studio.services import questions as questions_service
+from studio.services.blinding import blindness_for
 from studio.services.judging import latest_judgements
 
 
@@ -54,6 +62,33 @@ def _queue_of(request: HtmxHttpRequest, step: Step, user) -> AnnotationQueue | N
     return queue if queue is not None and queues.may_work(queue, user) else None
 
 
+def _with_answers(annotations, questions=None) -> list:
+    """Annotations with `.answer_rows` (label, answer) for their queue's questions."""
+    rows = list(annotations)
+    for a in rows:
+        asked = questions if questions is not None else (a.queue.questions if a.queue else [])
+        a.answer_rows = questions_service.display(asked or [], a.answers or {})
+    return rows
+
+
+def _question_fields(questions: list, answers: dict) -> list[dict]:
+    """The queue's questions with what the form holds for each (str, or a list: multi)."""
+    fields = []
+    for q in questions:
+        value = answers.get(q["key"], [] if q["kind"] == "multi" else "")
+        if q["kind"] == "multi":
+            value = [str(v) for v in (value if isinstance(value, list) else [value])]
+        else:
+            value = str(value)
+        choices: list[str] = []
+        if q["kind"] == "scale":
+            choices = [str(n) for n in range(q["min"], q["max"] + 1)]
+        elif q["kind"] in ("single", "multi"):
+            choices = list(q["options"])
+        fields.append({**q, "value": value, "choices": choices})
+    return fields
+
+
 @require_http_methods(["GET", "POST"])
 def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
     from studio.presenters.diff import any_diff_html
@@ -65,16 +100,21 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
     branch = _branch_of(request, step)
     following = _next_step(branch, step)
     queue = _queue_of(request, step, user)
-    mine = StepAnnotation.objects.filter(step=step, author=user).first()
+    questions = list(queue.questions or []) if queue else []
+    mine = service.annotation_of(step, user, queue)
     errors: dict[str, str] = {}
     posted = None
     status = 200
     if request.method == "POST":
         seen = request.POST.get("seen_version", "")
         try:
-            data = service.AnnotationData.build(request.POST, step.observation)
+            data = service.AnnotationData.build(request.POST, step.observation, questions)
             _, changed = service.save_annotation(
-                step, user, data, seen_version=int(seen) if seen.isdigit() else None
+                step,
+                user,
+                data,
+                queue=queue,
+                seen_version=int(seen) if seen.isdigit() else None,
             )
         except service.AnnotationError as exc:
             errors, posted, status = exc.errors, request.POST, 400
@@ -84,7 +124,7 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
                 "since this page was opened: it is shown below; make your change again"
             }
             status = 409
-            mine = StepAnnotation.objects.filter(step=step, author=user).first()
+            mine = service.annotation_of(step, user, queue)
         else:
             wants_next = request.POST.get("then") == "next"
             if queue is not None:
@@ -105,10 +145,31 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
             ),
             "tags": [t.strip() for t in posted.get("tags", "").split(",") if t.strip()],
             "comment": posted.get("comment", ""),
+            "answers": {
+                q["key"]: posted.getlist(f"q_{q['key']}")
+                if q["kind"] == "multi"
+                else posted.get(f"q_{q['key']}", "")
+                for q in questions
+            },
         }
     corrected = state["corrected_observation"]
     trajectory = step.branch.trajectory
     versions = list(mine.versions.order_by("-number")) if mine else []
+    # blind review (studio.services.blinding): no judge score and nobody else's annotation
+    # of a step a blind queue holds for this member before they submit it there
+    blind = blindness_for(membership).hides(step.pk)
+    others = (
+        []
+        if blind
+        else _with_answers(service.annotations_of(step, queue).exclude(author=user), questions)
+    )
+    if blind:
+        elsewhere = []
+    elif queue is not None:
+        # earlier annotations are shown in a non-blind queue only: a blind one asks anew
+        elsewhere = [] if queue.blind else _with_answers(service.earlier_annotations(step, queue))
+    else:
+        elsewhere = _with_answers(service.in_queues(step))
     context = {
         "project": trajectory.project,
         "membership": membership,
@@ -127,10 +188,15 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
         if corrected
         else "",
         "queue": queue,
-        # a blind queue shows the others' work only once one's own is in
-        "blind": queues.blind_for(step, user),
-        "others": service.annotations_of(step).exclude(author=user),
-        "judgement": latest_judgements([step.pk]).get(step.pk),
+        "questions": _question_fields(questions, state.get("answers") or {}),
+        "guidelines": render_markdown(queue.guidelines) if queue else "",
+        "first_in_queue": queue is not None and not queues.my_share(queue, user),
+        "item": queue.items.filter(step=step).first() if queue else None,
+        "context": service.item_context(branch, step),
+        "blind": blind,
+        "others": others,
+        "elsewhere": elsewhere,
+        "judgement": None if blind else latest_judgements([step.pk]).get(step.pk),
         "dataset_names": list(
             Dataset.objects.filter(project=trajectory.project).values_list("name", flat=True)
         ),
@@ -141,6 +207,22 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
         + f"?branch={branch.pk}&step={step.index}",
     }
     return render(request, "annotations/step.html", context, status=status)
+
+
+@require_GET
+def step_earlier(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
+    """The steps before a step on its branch (the item page loads them when opened, for a
+    long trajectory)."""
+    step, _ = get_step_for_user(request, step_id)
+    branch = _branch_of(request, step)
+    if not request.htmx:
+        raise Http404("a fragment of the annotation page")
+    rows = service.earlier_steps(branch, step)
+    return render(
+        request,
+        "annotations/step.html#earlier-steps",
+        {"trajectory": step.branch.trajectory, "rows": rows, "limit": service.MAX_EARLIER},
+    )
 
 
 def _queue_saved(request, queue: AnnotationQueue, step: Step, user, changed: bool, wants_next):
@@ -166,4 +248,5 @@ def _queue_saved(request, queue: AnnotationQueue, step: Step, user, changed: boo
 
 urlpatterns = [
     path("steps/<int:step_id>/annotate/", step_annotate, name="step_annotate"),
+    path("steps/<int:step_id>/earlier/", step_earlier, name="step_earlier"),
 ]

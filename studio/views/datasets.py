@@ -18,8 +18,16 @@ from studio.access import get_project_for_user, get_step_for_user, signed_in_use
 from studio.exports.formats import FORMATS
 from studio.forms.datasets import AddStepForm, DatasetForm, ExportForm
 from studio.http import HtmxHttpRequest, back_url, streaming_response
-from studio.models import Dataset, DatasetVersion, ExportJob, JobStatus, Membership
+from studio.models import (
+    Dataset,
+    DatasetItem,
+    DatasetVersion,
+    ExportJob,
+    JobStatus,
+    Membership,
+)
 from studio.services import datasets as service
+from studio.services.blinding import blindness_for
 from studio.services.job_limits import TooManyJobs
 from studio.services.jobs import request_cancel
 from studio.tasks import enqueue_export
@@ -75,8 +83,30 @@ def dataset_detail(request: HtmxHttpRequest, dataset_id: int) -> HttpResponse:
     chosen = versions[0] if versions else None
     if request.GET.get("version", "").isdigit():
         chosen = next((v for v in versions if v.number == int(request.GET["version"])), chosen)
+    # Blind review: the steps hidden from the member are left out of the list and of the
+    # counts (a version made from a queue holds the steps people accepted, with their
+    # corrections); the page says how many, and exporting waits until they are submitted.
+    blindness = blindness_for(membership)
+    hidden_ids: list[int] = []
+    hidden_all: list[int] = []
+    if blindness:
+        hidden_rows = list(
+            DatasetItem.objects.filter(
+                version__dataset=dataset, step_id__in=blindness.step_ids
+            ).values_list("version_id", "step_id", "corrected")
+        )
+        hidden_all = [step for _, step, _ in hidden_rows]
+        for v in versions:  # the counts shown (never saved: GET does not write)
+            mine = [(step, corrected) for vid, step, corrected in hidden_rows if vid == v.pk]
+            v.item_count -= len(mine)
+            v.corrected_count -= sum(1 for _, corrected in mine if corrected)
+        hidden_ids = [step for vid, step, _ in hidden_rows if chosen and vid == chosen.pk]
     items = (
-        list(chosen.items.select_related("step__branch__trajectory").order_by("position")[:50])
+        list(
+            blindness.exclude(chosen.items.all())
+            .select_related("step__branch__trajectory", "correction_by")
+            .order_by("position")[:50]
+        )
         if chosen
         else []
     )
@@ -91,10 +121,31 @@ def dataset_detail(request: HtmxHttpRequest, dataset_id: int) -> HttpResponse:
             "chosen": chosen,
             "items": items,
             "deleted": chosen.items.filter(step__isnull=True).count() if chosen else 0,
+            "hidden_note": blindness.note(hidden_ids),
+            "versions_hidden_note": blindness.note(hidden_all),
             "formats": FORMATS,
             "export_form": ExportForm(),
             "can_edit": membership.can_edit,
         },
+    )
+
+
+def _blind_refusal(membership: Membership, version: DatasetVersion) -> str:
+    """Why the member may not export `version` yet ("" when they may): it holds steps hidden
+    from them (blind review), whose rows carry people's corrections and reviews. Left out,
+    the file would look complete and not be; so the export waits until they submit them."""
+    blindness = blindness_for(membership)
+    if not blindness:
+        return ""
+    note = blindness.note(
+        version.items.filter(step_id__in=blindness.step_ids).values_list("step_id", flat=True)
+    )
+    if not note:
+        return ""
+    return (
+        f"{note} {version.dataset.name} v{version.number} holds them, with people's corrections "
+        "and reviews: you can export it once you have submitted them (a researcher can export "
+        "it meanwhile)."
     )
 
 
@@ -103,7 +154,10 @@ def dataset_export(
 ) -> HttpResponse | StreamingHttpResponse:
     """A version as a download in the chosen format, streamed row by row."""
     version = get_object_or_404(DatasetVersion.objects.select_related("dataset"), pk=version_id)
-    dataset, _ = _get_dataset_for_user(request, version.dataset_id)
+    dataset, membership = _get_dataset_for_user(request, version.dataset_id)
+    refusal = _blind_refusal(membership, version)
+    if refusal:
+        return HttpResponse(refusal, status=403, content_type="text/plain; charset=utf-8")
     form = ExportForm(request.GET)
     if not form.is_valid():
         return HttpResponse(
@@ -131,9 +185,13 @@ def dataset_export(
 def export_start(request: HtmxHttpRequest, version_id: int) -> HttpResponse:
     """Write the version to a file on a worker, with a progress bar (every member may)."""
     version = get_object_or_404(DatasetVersion.objects.select_related("dataset"), pk=version_id)
-    dataset, _ = _get_dataset_for_user(request, version.dataset_id)
+    dataset, membership = _get_dataset_for_user(request, version.dataset_id)
     form = ExportForm(request.POST)
     back = reverse("dataset_detail", args=[dataset.pk]) + f"?version={version.number}"
+    refusal = _blind_refusal(membership, version)
+    if refusal:
+        messages.error(request, refusal)
+        return redirect(back)
     if not form.is_valid():
         messages.error(request, "Choose an export format: " + ", ".join(FORMATS) + ".")
         return redirect(back)
@@ -184,6 +242,11 @@ def export_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
 
 def export_download(request: HtmxHttpRequest, job_id: int) -> HttpResponse | FileResponse:
     job = _get_export_for_user(request, job_id)
+    # whoever wrote the file, it holds the version's hidden steps as well
+    _, membership = _get_dataset_for_user(request, job.version.dataset_id)
+    refusal = _blind_refusal(membership, job.version)
+    if refusal:
+        return HttpResponse(refusal, status=403, content_type="text/plain; charset=utf-8")
     if job.status != JobStatus.SUCCEEDED or not job.stored_path:
         raise Http404("This export has no file (it has not finished, or it failed).")
     path = Path(job.stored_path)
@@ -198,16 +261,34 @@ def export_download(request: HtmxHttpRequest, job_id: int) -> HttpResponse | Fil
 @require_POST
 def step_add_to_dataset(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
     """A hand-picked step goes into a dataset: a new version holding the latest one's steps
-    and this one."""
+    and this one. A step whose final verdict somewhere is reject is added only once the
+    warning saying where was confirmed (a second POST with `confirm`)."""
     step, membership = get_step_for_user(request, step_id, edit=True)
     form = AddStepForm(request.POST)
     back = back_url(request, reverse("step_annotate", args=[step.pk]))  # a page of this site
     if not form.is_valid():
         messages.error(request, "Name the dataset to add the step to.")
         return redirect(back)
-    data = service.SelectionData(name=form.cleaned_data["name"].strip(), steps=(step.pk,))
+    name = form.cleaned_data["name"].strip()
+    data = service.SelectionData(
+        name=name, steps=(step.pk,), confirm_rejected=form.cleaned_data["confirm"]
+    )
     try:
         version = service.create_version(membership.project, request.user, data)
+    except service.RejectedSteps as exc:
+        # someone rejected it: say where, and add it only on a second, confirmed POST
+        return render(
+            request,
+            "datasets/confirm_add.html",
+            {
+                "project": membership.project,
+                "membership": membership,
+                "step": step,
+                "name": name,
+                "reasons": exc.reasons,
+                "back": back,
+            },
+        )
     except service.DatasetError as exc:
         messages.error(request, str(exc))
         return redirect(back)

@@ -87,6 +87,7 @@ def _run_context(run: EvaluationRun, membership: Membership) -> dict:
         "columns": [(c, board.LABELS[c]) for c in service.LEADER_COLUMNS if c != "overall"],
         "dimensions": service.DIMENSION_COLUMNS,
         "can_edit": membership.can_edit,
+        "sample_set": board.sample_set_view(run),
     }
 
 
@@ -131,15 +132,15 @@ def evaluation_resume(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
 
 def leaderboard(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id)
-    rows = service.leaderboard(project)
+    groups = service.leaderboard(project)
     fmt = request.GET.get("format", "")
     if fmt == "csv":
-        response = HttpResponse(board.as_csv(rows), content_type="text/csv; charset=utf-8")
+        response = HttpResponse(board.as_csv(groups), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="leaderboard-{project.pk}.csv"'
         return response
     if fmt == "md":
         response = HttpResponse(
-            board.as_markdown(rows), content_type="text/markdown; charset=utf-8"
+            board.as_markdown(groups), content_type="text/markdown; charset=utf-8"
         )
         response["Content-Disposition"] = f'attachment; filename="leaderboard-{project.pk}.md"'
         return response
@@ -149,11 +150,11 @@ def leaderboard(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         {
             "project": project,
             "membership": membership,
-            "table": board.table(rows),
+            "table": board.table(groups),
             "columns": [board.LABELS[c] for c in service.LEADER_COLUMNS],
-            "figure": board.figure(rows),
-            "dimension_figure": board.dimension_figure(rows),
-            "measured": any(r.run is not None for r in rows),
+            "figure": board.figure(groups),
+            "dimension_figure": board.dimension_figure(groups),
+            "measured": bool(board.measured_rows(groups)),
         },
     )
 

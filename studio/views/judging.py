@@ -21,6 +21,7 @@ from studio.http import HtmxHttpRequest
 from studio.models import JudgeJob, Membership, StepJudgement
 from studio.presenters import fidelity as panel
 from studio.services import judging as service
+from studio.services.blinding import Blindness, blindness_for
 from studio.services.job_limits import TooManyJobs
 from studio.tasks import enqueue_judging
 
@@ -75,9 +76,17 @@ def judge_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     )
 
 
-def _job_context(job: JudgeJob, membership: Membership) -> dict:
+def _job_context(job: JudgeJob, membership: Membership, blindness: Blindness) -> dict:
+    """The job's judgements, less those of steps hidden from the member (blind review), and
+    what was left out, in words."""
+    rows = StepJudgement.objects.filter(job=job)
+    hidden_note = ""
+    if blindness:
+        hidden_note = blindness.note(
+            rows.filter(step_id__in=blindness.step_ids).values_list("step_id", flat=True)
+        )
     judgements = list(
-        StepJudgement.objects.filter(job=job)
+        blindness.exclude(rows)
         .select_related("step__branch")
         .only(
             "ok",
@@ -97,6 +106,7 @@ def _job_context(job: JudgeJob, membership: Membership) -> dict:
         "job": job,
         "done": job.is_finished,
         "judgements": judgements,
+        "hidden_note": hidden_note,
         "dimensions": DIMENSIONS,
         "can_edit": membership.can_edit,
     }
@@ -104,13 +114,15 @@ def _job_context(job: JudgeJob, membership: Membership) -> dict:
 
 def judge_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     job, membership = _get_judge_job_for_user(request, job_id)
-    context = _job_context(job, membership)
+    blindness = blindness_for(membership)
+    context = _job_context(job, membership, blindness)
     if request.htmx:
         html = render_to_string("judging/job.html#progress", context, request=request)
         return HttpResponseStopPolling(html) if context["done"] else HttpResponse(html)
     if job.is_finished:
         ids = StepJudgement.objects.filter(job=job, ok=True).values_list("step_id", flat=True)
-        context["versus"] = service.judge_vs_human(ids, job)
+        context["versus"] = service.judge_vs_human(ids, job, blindness)
+        context["versus_note"] = blindness.note(context["versus"].hidden)
     return render(request, "judging/job.html", context)
 
 
@@ -146,8 +158,9 @@ def branch_fidelity(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
     """The fidelity panel: the branch's judge scores per step and dimension, and the total
     per step of every judged branch of its trajectory."""
     branch, membership = get_branch_for_user(request, branch_id)
+    blindness = blindness_for(membership)
     trajectory = branch.trajectory
-    found = service.fidelity(branch)
+    found = service.fidelity(branch, blindness)
     # the judged branches (every one, judged or not, would be a query each for nothing)
     judged = (
         StepJudgement.objects.filter(step__branch__trajectory=trajectory, ok=True)
@@ -155,7 +168,9 @@ def branch_fidelity(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         .distinct()
     )
     shown = trajectory.branches.filter(pk__in=judged).order_by("pk")
-    per_branch = [(b, service.fidelity(b)) for b in shown]
+    per_branch = [(b, service.fidelity(b, blindness)) for b in shown]
+    # the judged steps of every branch shown that the member may not see yet
+    hidden = {pk for _, f in per_branch for pk in f.hidden} | set(found.hidden)
     return render(
         request,
         "judging/fidelity.html",
@@ -168,6 +183,8 @@ def branch_fidelity(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
             "figure": panel.branch_figure(found),
             "trajectory_figure": panel.trajectory_figure([(b.name, f) for b, f in per_branch]),
             "judged_branches": [(b, f) for b, f in per_branch if f.judged],
+            "hidden_note": blindness.note(hidden),
+            "branch_hidden_note": blindness.note(found.hidden),
             "dimensions": DIMENSIONS,
             "can_edit": membership.can_edit,
         },

@@ -1,6 +1,9 @@
 """Annotation queues: the project's queues (researchers and admins make them from a filter),
 a queue's page with its progress (per annotator for its owners), and taking the next item
-(a POST: it claims a slot), which opens the step's annotation page in the queue."""
+(a POST: it claims a slot), which opens the step's annotation page in the queue. From an
+item, its annotator skips it (it goes to someone else) or flags it for the lead; the lead
+(the queue's maker, the project's researchers and admins) clears flags, releases or
+reassigns claims, and edits the guidelines and questions."""
 
 from __future__ import annotations
 
@@ -12,9 +15,10 @@ from django.urls import path, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from studio.access import get_project_for_user, signed_in_user
-from studio.forms.queues import QueueForm
+from studio.forms.annotations import FlagForm, SkipForm
+from studio.forms.queues import QueueForm, QueueSetupForm, ReassignForm, format_questions
 from studio.http import HtmxHttpRequest
-from studio.models import AnnotationQueue, Membership
+from studio.models import AnnotationQueue, Membership, QueueClaim, QueueItem
 from studio.services import queues as service
 
 
@@ -22,6 +26,13 @@ def get_queue_for_user(request: HtmxHttpRequest, pk: int) -> tuple[AnnotationQue
     queue = get_object_or_404(AnnotationQueue.objects.select_related("project"), pk=pk)
     _, membership = get_project_for_user(request, queue.project_id)
     return queue, membership
+
+
+def is_lead(queue: AnnotationQueue, membership: Membership, user) -> bool:
+    """Who leads a queue: its maker, and the project's researchers and admins."""
+    return membership.can_edit or (
+        queue.created_by_id is not None and queue.created_by_id == user.pk
+    )
 
 
 def item_url(queue: AnnotationQueue, step) -> str:
@@ -100,8 +111,33 @@ def queue_detail(request: HtmxHttpRequest, queue_id: int) -> HttpResponse:
             "alpha_rows": list(found.alpha.items()) if found else [],
             "disputed": [{**d, "item": items[d["item"]]} for d in found.disputed] if found else [],
             "versus": _judge_vs_human(queue) if membership.can_edit else None,
+            **_workflow(queue, membership, user),
         },
     )
+
+
+def _workflow(queue: AnnotationQueue, membership: Membership, user) -> dict:
+    """The queue page's guidelines and questions, and for its lead: the flags, the claims
+    held now (to release or reassign) and the per-question agreement."""
+    from studio.rendering.markdown import render_markdown
+    from studio.services.question_agreement import question_agreement
+
+    lead = is_lead(queue, membership, user)
+    skips = service.my_skips(queue, user)
+    claims = service.claims_for_lead(queue) if lead else {"holding": [], "flagged": []}
+    members = ReassignForm(queue=queue).fields["user"].queryset if lead else []
+    return {
+        "lead": lead,
+        "guidelines_html": render_markdown(queue.guidelines),
+        "questions": queue.questions or [],
+        "my_skips": skips,
+        # items they have neither done nor skipped (none: nothing left for them)
+        "my_left": queue.items.count() - service.my_share(queue, user) - skips,
+        "holding_claims": claims["holding"],
+        "flagged_claims": claims["flagged"],
+        "members": members,
+        "question_rows": question_agreement(queue) if lead and queue.questions else [],
+    }
 
 
 def _judge_vs_human(queue: AnnotationQueue):
@@ -113,73 +149,6 @@ def _judge_vs_human(queue: AnnotationQueue):
     if not StepJudgement.objects.filter(step_id__in=steps, ok=True).exists():
         return None
     return judge_vs_human(queue.items.values_list("step_id", flat=True))
-
-
-@require_http_methods(["GET", "POST"])
-def queue_adjudicate(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
-    """Every annotation of a queue item side by side, and the adjudicator's final decision."""
-    from inference.judge import DIMENSIONS
-    from studio.models import Adjudication, QueueClaim, QueueItem, StepAnnotation, Verdict
-    from studio.services.agreement import AlreadyDecided, OwnItem, adjudicate
-
-    item = get_object_or_404(QueueItem.objects.select_related("queue__project", "step"), pk=item_id)
-    _, membership = get_project_for_user(request, item.queue.project_id, edit=True)
-    user = signed_in_user(request)
-    if (
-        item.queue.blind
-        and service.may_work(item.queue, user)
-        and not service.has_submitted(item.queue, item.step, user)
-    ):
-        raise PermissionDenied("Submit your own annotation of this item first: the queue is blind.")
-    error = ""
-    if request.method == "POST":
-        verdict = request.POST.get("verdict", "")
-        ratings = {}
-        for dim in DIMENSIONS:
-            raw = request.POST.get(f"rating_{dim}", "")
-            if raw.isdigit() and 1 <= int(raw) <= 5:
-                ratings[dim] = int(raw)
-            elif raw:
-                error = f"the {dim} rating must be 1-5"
-        if verdict not in Verdict.values:
-            error = error or "pick the final verdict"
-        if not error:
-            try:
-                adjudicate(
-                    item, request.user, verdict, ratings, request.POST.get("note", "").strip()
-                )
-            except AlreadyDecided:
-                error = "this item was decided already: the first decision stands"
-            except OwnItem:
-                error = "you annotated this item: another adjudicator decides it"
-            else:
-                messages.success(request, "Decided: this is the item's final verdict.")
-                return redirect("queue_adjudicate", item_id=item.pk)
-    return render(
-        request,
-        "queues/adjudicate.html",
-        {
-            "project": item.queue.project,
-            "membership": membership,
-            "item": item,
-            "queue": item.queue,
-            "trajectory": item.step.branch.trajectory,
-            # the annotations the queue counts: those of the annotators who completed the item
-            "annotations": StepAnnotation.objects.filter(
-                step=item.step,
-                author__in=QueueClaim.objects.filter(item=item, done_at__isnull=False).values(
-                    "user"
-                ),
-            ).select_related("author"),
-            "decision": Adjudication.objects.filter(item=item)
-            .select_related("adjudicator")
-            .first(),
-            "dimensions": DIMENSIONS,
-            "verdicts": Verdict.choices,
-            "error": error,
-        },
-        status=400 if error else 200,
-    )
 
 
 @require_POST
@@ -195,10 +164,137 @@ def queue_next(request: HtmxHttpRequest, queue_id: int) -> HttpResponse:
     return redirect(item_url(queue, item.step))
 
 
+def _queue_for_lead(request: HtmxHttpRequest, queue_id: int):
+    queue, membership = get_queue_for_user(request, queue_id)
+    if not is_lead(queue, membership, signed_in_user(request)):
+        raise PermissionDenied("Only the queue's lead (its maker, researchers, admins) does this.")
+    return queue, membership
+
+
+def _claim_for_lead(request: HtmxHttpRequest, claim_id: int) -> QueueClaim:
+    claim = get_object_or_404(
+        QueueClaim.objects.select_related("item__queue__project", "user"), pk=claim_id
+    )
+    _queue_for_lead(request, claim.item.queue_id)
+    return claim
+
+
+def _item_for_worker(request: HtmxHttpRequest, item_id: int) -> tuple[QueueItem, object]:
+    item = get_object_or_404(QueueItem.objects.select_related("queue__project", "step"), pk=item_id)
+    get_queue_for_user(request, item.queue_id)
+    user = signed_in_user(request)
+    if not service.may_work(item.queue, user):
+        raise PermissionDenied("This queue is assigned to other annotators.")
+    return item, user
+
+
+@require_http_methods(["GET", "POST"])
+def queue_setup(request: HtmxHttpRequest, queue_id: int) -> HttpResponse:
+    """The lead edits the queue's guidelines and questions (answers given to a question
+    that is then removed stay stored, and are no longer shown)."""
+    queue, membership = _queue_for_lead(request, queue_id)
+    initial = {"guidelines": queue.guidelines, "questions": format_questions(queue.questions)}
+    form = QueueSetupForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        service.update_setup(
+            queue, form.cleaned_data["guidelines"].strip(), form.cleaned_data["questions"]
+        )
+        messages.success(request, "Saved the guidelines and questions.")
+        return redirect("queue_detail", queue_id=queue.pk)
+    return render(
+        request,
+        "queues/setup.html",
+        {
+            "project": queue.project,
+            "membership": membership,
+            "queue": queue,
+            "form": form,
+            "answered": queue.annotations.exclude(answers={}).count(),
+        },
+        status=400 if form.is_bound else 200,
+    )
+
+
+@require_POST
+def item_skip(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    """The annotator gives the item back (it goes to someone else) and takes the next."""
+    item, user = _item_for_worker(request, item_id)
+    form = SkipForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Not skipped: the reason is too long.")
+        return redirect(item_url(item.queue, item.step))
+    try:
+        service.skip(item, user, form.cleaned_data["reason"])
+    except service.ClaimError as exc:
+        messages.error(request, str(exc))
+        return redirect(item_url(item.queue, item.step))
+    following = service.claim_next(item.queue, user)
+    if following is None:
+        messages.success(request, "Skipped. Nothing left for you in this queue: thank you.")
+        return redirect("queue_detail", queue_id=item.queue_id)
+    messages.success(request, "Skipped: someone else will take it. The next item of the queue.")
+    return redirect(item_url(item.queue, following.step))
+
+
+@require_POST
+def item_flag(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    """The annotator flags the item for the queue's lead, and stays on it."""
+    item, user = _item_for_worker(request, item_id)
+    form = FlagForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Not flagged: the note is too long.")
+    else:
+        service.flag(item, user, form.cleaned_data["note"])
+        messages.success(request, "Flagged for the queue's lead.")
+    return redirect(item_url(item.queue, item.step))
+
+
+@require_POST
+def claim_unflag(request: HtmxHttpRequest, claim_id: int) -> HttpResponse:
+    claim = _claim_for_lead(request, claim_id)
+    service.clear_flag(claim)
+    messages.success(request, f"Cleared {claim.user.username}'s flag.")
+    return redirect(reverse("queue_detail", args=[claim.item.queue_id]) + "#queue-flags")
+
+
+@require_POST
+def claim_release(request: HtmxHttpRequest, claim_id: int) -> HttpResponse:
+    claim = _claim_for_lead(request, claim_id)
+    try:
+        service.release(claim)
+    except service.ClaimError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Released {claim.user.username}'s claim: its slot is free.")
+    return redirect(reverse("queue_detail", args=[claim.item.queue_id]) + "#queue-claims")
+
+
+@require_POST
+def claim_reassign(request: HtmxHttpRequest, claim_id: int) -> HttpResponse:
+    claim = _claim_for_lead(request, claim_id)
+    form = ReassignForm(request.POST, queue=claim.item.queue, exclude=claim.user_id)
+    if not form.is_valid():
+        messages.error(request, "Not reassigned: pick a member who works this queue.")
+    else:
+        to = form.cleaned_data["user"]
+        try:
+            service.reassign(claim, to)
+        except service.ClaimError as exc:
+            messages.error(request, f"Not reassigned: {exc}.")
+        else:
+            messages.success(request, f"Reassigned to {to.username}: they hold the slot now.")
+    return redirect(reverse("queue_detail", args=[claim.item.queue_id]) + "#queue-claims")
+
+
 urlpatterns = [
     path("projects/<int:project_id>/queues/", queue_list, name="queue_list"),
     path("projects/<int:project_id>/queues/new/", queue_new, name="queue_new"),
     path("queues/<int:queue_id>/", queue_detail, name="queue_detail"),
     path("queues/<int:queue_id>/next/", queue_next, name="queue_next"),
-    path("queue-items/<int:item_id>/adjudicate/", queue_adjudicate, name="queue_adjudicate"),
+    path("queues/<int:queue_id>/setup/", queue_setup, name="queue_setup"),
+    path("queue-items/<int:item_id>/skip/", item_skip, name="queue_item_skip"),
+    path("queue-items/<int:item_id>/flag/", item_flag, name="queue_item_flag"),
+    path("queue-claims/<int:claim_id>/unflag/", claim_unflag, name="queue_claim_unflag"),
+    path("queue-claims/<int:claim_id>/release/", claim_release, name="queue_claim_release"),
+    path("queue-claims/<int:claim_id>/reassign/", claim_reassign, name="queue_claim_reassign"),
 ]

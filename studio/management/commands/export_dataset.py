@@ -2,7 +2,8 @@
 --format F --out PATH`: a dataset (its latest version, or `--dataset-version N`) or a trajectory (every
 step of its recorded branch, or of `--branch`) as training data. The file is written beside
 PATH and moved there once complete, so a failed export leaves no half file. LLaMA-Factory's
-format also writes (or updates) `dataset_info.json` in PATH's folder."""
+format also writes (or updates) `dataset_info.json` in PATH's folder. `--drop-rejected-context`
+leaves out rows whose earlier steps hold a rejected one (see `datasets.rejected_steps`)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ class Command(BaseCommand):
             "--thinking", action="store_true", help="world-model targets keep the model's thinking"
         )
         parser.add_argument("--style", choices=["sharegpt", "alpaca"], default="sharegpt")
+        parser.add_argument(
+            "--drop-rejected-context", action="store_true",
+            help="leave out rows whose context (the branch's earlier steps) holds a rejected step",
+        )  # fmt: skip
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def handle(self, *args, **o) -> None:
@@ -63,7 +68,7 @@ class Command(BaseCommand):
                     raise CommandError(f"trajectory {trajectory.pk} has no branch {o['branch']}")
                 branch = found
             total = branch.all_steps().count()
-            examples = service.branch_examples(branch, counts)
+            examples = service.branch_examples(branch, counts, reviews=o["drop_rejected_context"])
             label = f"trajectory {trajectory.pk}, branch {branch.name!r}"
             info_name = f"trajectory-{trajectory.pk}"
         else:
@@ -85,12 +90,13 @@ class Command(BaseCommand):
             if version.item_count == 0:
                 raise CommandError(f"{dataset.name} v{version.number} is empty: nothing to export")
             total = version.item_count
-            examples = service.version_examples(version, counts)
+            examples = service.version_examples(version, counts, reviews=o["drop_rejected_context"])
             label = f"{dataset.name} v{version.number}"
             info_name = f"{service.file_stem(dataset.name)}-v{version.number}"
         options = ExportOptions(
-            turns=o["turns"], thinking=o["thinking"], llamafactory_style=o["style"]
-        )
+            turns=o["turns"], thinking=o["thinking"], llamafactory_style=o["style"],
+            drop_rejected_context=o["drop_rejected_context"],
+        )  # fmt: skip
         bar = tqdm(total=total, unit="step", disable=o["no_progress"], desc="export")
         with bar:  # one tick per step read
             examples = service.ticking(examples, counts, lambda _: bar.update(1))
@@ -108,8 +114,17 @@ class Command(BaseCommand):
             notes.append(
                 f"{counts.deleted} item{'s' if counts.deleted != 1 else ''} whose step was deleted"
             )
+        if counts.rejected_context:
+            n = counts.rejected_context
+            notes.append(f"{n} row{'s' if n != 1 else ''} whose context holds a rejected step")
         if notes:
             line += "; left out: " + ", ".join(notes)
+        if counts.empty_thinking:
+            n = counts.empty_thinking
+            line += (
+                f"; {n} target{'s' if n != 1 else ''} without world-model thinking written with "
+                "an empty think block"
+            )
         self.stdout.write(line)
 
     def _project(self, ref: str) -> Project:
