@@ -282,7 +282,9 @@ def parse_judgement(text: str, dimensions: tuple[str, ...] = DIMENSIONS) -> Judg
     }
     nested = data.get("scores")
     flat = not isinstance(nested, dict)
-    source = data if flat else {str(k).strip().lower(): v for k, v in nested.items()}
+    source = data
+    if isinstance(nested, dict):
+        source = {str(k).strip().lower(): v for k, v in nested.items()}
     scores: dict[str, float] = {}
     missing: list[str] = []
     unreadable: list[str] = []

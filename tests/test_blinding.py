@@ -20,12 +20,14 @@ from tests.support.blind_review import (
     SECRETS,
     BlindReview,
     build,
+    hold,
     submit,
 )
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
-SCENARIOS = ("blind", "submitted", "researcher", "not_blind", "not_assigned")
+SCENARIOS = ("blind", "holding", "submitted", "researcher", "not_blind", "not_assigned")
+BLIND = ("blind", "holding")  # not submitted: not taken yet, or held now
 
 
 @pytest.fixture
@@ -38,6 +40,8 @@ def _arrange(project, review: BlindReview, scenario: str):
     annotator = project.users["annotator"]
     if scenario == "submitted":
         submit(review, annotator)
+    elif scenario == "holding":
+        hold(review, annotator)
     elif scenario == "not_blind":
         review.queue.blind = False
         review.queue.save(update_fields=["blind"])
@@ -56,6 +60,10 @@ def pages(review: BlindReview) -> dict[str, tuple[str, dict]]:
     return {
         "item": (f"/steps/{h0.pk}/annotate/?queue={review.queue.pk}&branch={h0.branch_id}", {}),
         "step": (f"/steps/{h1.pk}/annotate/", {}),
+        "earlier steps fragment": (
+            reverse("step_earlier", args=[h1.pk]) + f"?branch={h1.branch_id}",
+            HTMX,
+        ),
         "trajectory": (reverse("trajectory", args=[traj]) + f"?branch={review.branch.pk}", {}),
         "steps fragment": (
             reverse("trajectory_steps", args=[traj]) + f"?branch={review.branch.pk}&start=0",
@@ -81,8 +89,6 @@ def pages(review: BlindReview) -> dict[str, tuple[str, dict]]:
         "queue": (reverse("queue_detail", args=[review.queue.pk]), {}),
         "dataset list": (reverse("dataset_list", args=[project]), {}),
         "dataset": (reverse("dataset_detail", args=[review.version.dataset_id]), {}),
-        "export page": (reverse("export_job", args=[review.export.pk]), {}),
-        "export page fragment": (reverse("export_job", args=[review.export.pk]), HTMX),
     }
 
 
@@ -98,7 +104,7 @@ def test_every_page_hides_the_queue_steps_only_from_a_blind_annotator_before_sub
 ):
     user = _arrange(project, review, scenario)
     client.force_login(user)
-    blind = scenario == "blind"
+    blind = scenario in BLIND
     read = {name: _read(client, url, h) for name, (url, h) in pages(review).items()}
     if blind:
         for name, html in read.items():
@@ -126,6 +132,10 @@ def test_every_page_hides_the_queue_steps_only_from_a_blind_annotator_before_sub
         assert "1.37" in read["fidelity"]  # the figure's data
         assert "OTHER-CORRECTION" not in read["dataset"]  # the page lists, it does not show
         assert 'title="An annotator' in read["dataset"]  # the corrected item is listed
+    # the queue's labels and per-annotator quality are its owners' alone
+    for name in ("queue_labels", "queue_annotators"):
+        answer = client.get(reverse(name, args=[review.queue.pk]), **HTMX)
+        assert answer.status_code == (200 if scenario == "researcher" else 403), name
     # what nobody is kept from: the step outside the queue, its judge score and the branch
     assert "4.62" in read["open judge job"] and "4.62" in read["fidelity of the open branch"]
     assert "open-branch" in read["fidelity"]  # the trajectory's other judged branch
@@ -140,8 +150,14 @@ def test_exports_of_a_version_holding_hidden_steps_wait_until_the_annotator_subm
     download = reverse("dataset_export", args=[review.version.pk]) + "?format=openai"
     stored = reverse("export_download", args=[review.export.pk])
     start = reverse("export_start", args=[review.version.pk])
-    responses = [client.get(download), client.get(stored)]
-    if scenario == "blind":
+    page = reverse("export_job", args=[review.export.pk])
+    responses = [
+        client.get(download),
+        client.get(stored),
+        client.get(page),
+        client.get(page, **HTMX),
+    ]
+    if scenario in BLIND:
         for response in responses:
             assert response.status_code == 403
             text = response.content.decode()
@@ -150,10 +166,13 @@ def test_exports_of_a_version_holding_hidden_steps_wait_until_the_annotator_subm
         assert "you can export it once you have submitted them" in started.content.decode()
         assert not review.version.exports.exclude(pk=review.export.pk).exists()
     else:
-        for response in responses:
+        for response in responses[:2]:
             assert response.status_code == 200
             body = b"".join(response.streaming_content).decode()
             assert "OTHER-CORRECTION" in body
+        for response in responses[2:]:
+            assert response.status_code in (200, 286)  # 286: the fragment stops polling
+            assert "curated-v1-openai.jsonl" in response.content.decode()
 
 
 def test_one_blindness_lookup_per_request(client, project, review, monkeypatch):

@@ -13,7 +13,7 @@ from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
 
-from tests.support.blind_review import SECRETS, build
+from tests.support.blind_review import SECRETS, build, hold
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -58,10 +58,13 @@ def test_a_blind_annotator_crawls_every_page_and_sees_no_hidden_score(
     page, live_server, login, project, tmp_path
 ):
     review = build(project, tmp_path)
+    claim = hold(review, project.users["annotator"])  # one item taken, none submitted
     login(page, "annotator")
     base = live_server.url
     started = time.monotonic()
-    queue = [f"{base}/"]
+    # the projects page, and the item page the queue's Start button (a POST) opens
+    item = f"/steps/{claim.item.step_id}/annotate/?queue={review.queue.pk}"
+    queue = [f"{base}/", f"{base}{item}&branch={review.branch.pk}"]
     seen: set[str] = set(queue)
     per_path: dict[str, int] = {}
     fragments: set[str] = set()  # hx-get URLs: parts of a page, read as sent
@@ -95,6 +98,7 @@ def test_a_blind_annotator_crawls_every_page_and_sees_no_hidden_score(
         hx = set(page.evaluate(HX_JS))
         _follow(base, page.url, links, seen, per_path, queue, hx, fragments)
     assert not leaks, leaks
+    assert not queue, f"the crawl stopped at {MAX_URLS} URLs with {len(queue)} left"
     paths = {urlparse(u).path for u in visited}
     # the crawl reached the pages that hold the queue's steps' scores and annotations
     for must in (

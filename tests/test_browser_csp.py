@@ -61,6 +61,7 @@ DOWNLOADS = {
     "world_export": "a world as a JSON download",
     "dataset_export": "a dataset version as a file (the dataset page's Download button)",
     "export_download": "an export's file",
+    "queue_labels": "a queue's labels as JSONL, CSV or Parquet",
 }
 # pages that are also files with another query
 ALSO_DOWNLOADS = {"leaderboard": "?format=csv: the leaderboard as CSV"}
@@ -76,6 +77,8 @@ NOT_PAGES = {
     "world_preview": "htmx fragment: the world editor's composed prompt",
     "playground_job": "htmx fragment: the playground's pending step, polled while it runs",
     "queue_next": "a redirect to the next item's annotation page",
+    "step_earlier": "htmx fragment: a long trajectory's earlier steps on an annotation page",
+    "queue_annotators": "htmx fragment: a queue's annotator quality panel",
 }
 
 SKIP_PATH = re.compile(r"^/(logout/|admin/|static/|env/|mcp/)")

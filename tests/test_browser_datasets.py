@@ -31,7 +31,7 @@ def test_a_dataset_from_a_queues_accepted_items_downloads_in_every_format(
     queue = service.create_queue(project, None, QueueData(name="to curate", origin="simulated"))
     for item in queue.items.select_related("step"):
         StepAnnotation.objects.create(
-            step=item.step, author=project.users["annotator"], verdict="accept",
+            step=item.step, author=project.users["annotator"], queue=queue, verdict="accept",
             corrected_observation="fixed A" if item.position == 0 else "",
         )  # fmt: skip
         QueueClaim.objects.create(

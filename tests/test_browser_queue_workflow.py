@@ -13,8 +13,8 @@ from studio.services import queues as service
 from studio.services.questions import validate_questions
 from studio.services.queues import QueueData
 from tests.support.branching import make_child
-from tests.support.browser import shot
 from tests.support.branching import make_trajectory as make_branching
+from tests.support.browser import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -395,7 +395,10 @@ def test_an_export_with_progress_is_written_by_a_worker_and_downloads_once_compl
     )
     assert done.items_done == 3 and done.rows == 3 and done.progress == 1.0
     html = client.get(reverse("export_job", args=[job.pk])).content.decode()
-    assert "3 of 3 steps read, 3 rows written" in html and "sft-v1-llamafactory-wm-sharegpt.zip" in html
+    assert (
+        "3 of 3 steps read, 3 rows written" in html
+        and "sft-v1-llamafactory-wm-sharegpt.zip" in html
+    )
     response = client.get(reverse("export_download", args=[job.pk]))
     archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
     assert sorted(archive.namelist()) == [

@@ -154,9 +154,19 @@ def test_the_form_names_what_is_wrong_and_annotators_cannot_start_a_run(client, 
     page = client.get(url).content.decode()
     assert 'id="no-judge"' in page  # a project without a judge model is told so
     world, judge = endpoints(project, "http://127.0.0.1:9/v1")
-    bad = client.post(url, {**form(world, judge), "limit_per_domain": 0, "concurrency": 99})
+    page = client.get(url).content.decode()
+    assert 'name="sample_seed" value="0"' in page  # a fixed default: runs compare
+    bad = client.post(
+        url, {**form(world, judge), "limit_per_domain": 0, "concurrency": 99, "sample_seed": -1}
+    )
     assert bad.status_code == 400
-    assert set(bad.context["form"].errors) == {"limit_per_domain", "concurrency"}
+    assert set(bad.context["form"].errors) == {"limit_per_domain", "concurrency", "sample_seed"}
+    from studio.forms.evaluations import EvaluationForm
+
+    for given, seed in (("7", 7), ("", 0)):
+        made = EvaluationForm({**form(world, judge), "sample_seed": given}, project=project)
+        assert made.is_valid(), made.errors
+        assert made.data_object().sample_seed == seed
     assert EvaluationRun.objects.count() == 0
     client.force_login(project.users["annotator"])
     assert client.post(url, form(world, judge)).status_code == 403

@@ -449,6 +449,8 @@ def test_ms_swift_agent_turns_use_tool_call_and_tool_response():
         "tool_call",
     ]
     assert all(isinstance(m["content"], str) for m in row["messages"])
+    # ms-swift's per-message loss: the earlier tool call is not trained, the target is
+    assert [m.get("loss") for m in row["messages"]] == [None, None, False, None, True]
     assert json.loads(row["messages"][2]["content"]) == {
         "name": "get_order",
         "arguments": {"order_id": "#W1"},

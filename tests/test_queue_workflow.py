@@ -181,6 +181,8 @@ def test_a_flag_shows_to_the_lead_with_its_note_and_is_cleared(client, project, 
     page = client.get(reverse("queue_detail", args=[queue.pk])).content.decode()
     assert 'id="queue-flags"' in page
     assert "the &lt;b&gt;output&lt;/b&gt; is cut off" in page  # escaped
+    listing = client.get(reverse("queue_list", args=[project.pk])).content.decode()
+    assert "1 flagged" in listing
     client.post(reverse("queue_claim_unflag", args=[claim.pk]))
     claim.refresh_from_db()
     assert claim.flagged_at is None and claim.flag_note == ""
@@ -340,9 +342,7 @@ def test_queue_made_and_edited_with_guidelines_and_questions(client, project, fu
 
 
 @pytest.mark.django_db
-def test_the_item_page_gives_the_context_and_hides_the_judge_while_blind(
-    client, project, futures
-):
+def test_the_item_page_gives_the_context_and_hides_the_judge_while_blind(client, project, futures):
     trajectory, root = futures
     queue = queue_of(project, annotators_per_item=2, blind=True, guidelines="Be *strict*.")
     item = queue.items.order_by("position").first()  # step 2 of the first future
@@ -378,7 +378,7 @@ def test_a_long_trajectory_loads_the_earlier_steps_when_opened(client, project):
     step = root.steps.get(index=40)
     client.force_login(project.users["annotator"])
     page = client.get(reverse("step_annotate", args=[step.pk])).content.decode()
-    assert "The 40 earlier steps" in page and 'hx-trigger="revealed"' in page
+    assert "The 40 earlier steps" in page and 'hx-trigger="toggle once from:#earlier-steps"' in page
     assert "echo 3<" not in page
     url = reverse("step_earlier", args=[step.pk]) + f"?branch={root.pk}"
     assert client.get(url).status_code == 404  # a fragment only

@@ -85,7 +85,7 @@ FORMATS: dict[str, FormatSpec] = {
             "openai",
             "OpenAI chat fine-tuning JSONL",
             "Chat messages (with tool calls and tools for agent turns) in the shape OpenAI's "
-            "fine-tuning API accepts.",
+            "fine-tuning API accepts; only the target has weight 1.",
             "jsonl",
             True,
         ),
@@ -93,7 +93,8 @@ FORMATS: dict[str, FormatSpec] = {
             "sharegpt",
             "ShareGPT JSONL",
             "Conversations of human, gpt, function_call and observation turns with system and "
-            "tools columns, the ShareGPT variant LLaMA-Factory reads.",
+            "tools columns, the ShareGPT variant LLaMA-Factory reads (train with mask_history: "
+            "true).",
             "jsonl",
             True,
         ),
@@ -101,7 +102,7 @@ FORMATS: dict[str, FormatSpec] = {
             "llamafactory",
             "LLaMA-Factory dataset",
             "ShareGPT- or Alpaca-style rows plus the dataset_info.json entry that registers them "
-            "with LLaMA-Factory.",
+            "with LLaMA-Factory; train with mask_history: true.",
             "jsonl",
             True,
         ),
@@ -109,7 +110,7 @@ FORMATS: dict[str, FormatSpec] = {
             "ms-swift",
             "ms-swift messages JSONL",
             "Messages with tool_call and tool_response roles and a tools string: ms-swift's "
-            "standard dataset format.",
+            "standard dataset format; only the target has loss true.",
             "jsonl",
             True,
         ),
@@ -199,7 +200,7 @@ def file_suffix(fmt: str, options: ExportOptions) -> str:
         parts.append(_style(options))
     if options.thinking and trains_world_model(fmt, options):
         parts.append("thinking")
-    if options.drop_rejected_context and fmt != "agentworldbench":
+    if options.drop_rejected_context:
         parts.append("reviewed-context")
     return "-".join(parts)
 

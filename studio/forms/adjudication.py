@@ -5,7 +5,7 @@ observation), or none. `decision()` is the validated request for
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 
@@ -30,7 +30,7 @@ class AdjudicationForm(forms.Form):
         self.observation = observation
         # only the corrections of the annotations the queue counts can be picked
         self.picks = {f"a{a.pk}": a for a in annotations if a.corrected_observation}
-        self.fields["correction"].choices = [
+        cast(forms.ChoiceField, self.fields["correction"]).choices = [
             (NONE, "none"),
             *[(key, a.author.username) for key, a in self.picks.items()],
             (OWN, "my own"),

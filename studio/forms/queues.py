@@ -229,3 +229,7 @@ class ReassignForm(forms.Form):
             members = members.exclude(pk=exclude)
         field = cast(forms.ModelChoiceField, self.fields["user"])
         field.queryset = members.order_by("username")
+
+    def members(self):
+        """Whom the slot may go to (the queue page lists them beside each claim)."""
+        return cast(forms.ModelChoiceField, self.fields["user"]).queryset

@@ -223,7 +223,8 @@ def annotator_quality(queue: AnnotationQueue) -> list[AnnotatorQuality]:
     )
     times: dict[int, list[float]] = {}
     for user_id, claimed, done_at in claims:
-        times.setdefault(user_id, []).append(max((done_at - claimed).total_seconds(), 0.0))
+        if done_at is not None:  # filtered so above; the type does not know it
+            times.setdefault(user_id, []).append(max((done_at - claimed).total_seconds(), 0.0))
     decided = dict(Adjudication.objects.filter(item__queue=queue).values_list("item_id", "verdict"))
     people = set(names) | set(times)
     usernames = dict(get_user_model().objects.filter(pk__in=people).values_list("pk", "username"))

@@ -282,7 +282,7 @@ def _kept_items(
     source): every one for hand-picked steps (a step picked again is replaced); for a queue,
     every one the queue has not decided (a step it accepts is replaced by its decision, one
     it rejects is dropped)."""
-    rows = list(
+    rows: list[Kept] = list(
         previous.items.order_by("position").values_list(
             "step_id", "observation", "corrected", "correction_by_id"
         )
@@ -757,7 +757,7 @@ def rows_of(
     import orjson
 
     fallback = json.JSONEncoder(ensure_ascii=True).encode  # escapes keep it valid UTF-8
-    drop = options.drop_rejected_context and fmt != "agentworldbench"
+    drop = options.drop_rejected_context
     thinking = options.thinking and trains_world_model(fmt, options)
     for example in examples:
         if drop and context_rejected(example):

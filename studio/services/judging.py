@@ -329,10 +329,15 @@ class JudgeVsHuman:
 
 
 def judge_vs_human(
-    step_ids: Iterable[int], job: JudgeJob | None = None, blindness: Blindness = SEES_ALL
+    step_ids: Iterable[int],
+    job: JudgeJob | None = None,
+    blindness: Blindness = SEES_ALL,
+    queue: AnnotationQueue | None = None,
 ) -> JudgeVsHuman:
     """Over `step_ids` less those `blindness` hides: a hidden step's judge score and people's
-    ratings would both show through the alpha and the mean difference."""
+    ratings would both show through the alpha and the mean difference. The people are those
+    of `queue` (or of the job's queue) when there is one: a queue's annotations are its own;
+    otherwise every annotation of the steps counts."""
     import krippendorff
     import numpy as np
 
@@ -340,10 +345,13 @@ def judge_vs_human(
     hidden = tuple(blindness.hidden(asked))
     ids = blindness.visible(asked)
     latest = latest_judgements(ids, job)
+    if queue is None and job is not None and job.annotation_queue_id is not None:
+        queue = job.annotation_queue
+    annotations = StepAnnotation.objects.filter(step_id__in=list(latest))
+    if queue is not None:
+        annotations = annotations.filter(queue=queue)
     people: dict[int, list[dict[str, Any]]] = {}
-    for step_id, ratings in StepAnnotation.objects.filter(step_id__in=list(latest)).values_list(
-        "step_id", "ratings"
-    ):
+    for step_id, ratings in annotations.values_list("step_id", "ratings"):
         people.setdefault(step_id, []).append(ratings or {})
     rows = []
     both = [pk for pk in latest if pk in people]

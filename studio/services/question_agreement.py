@@ -37,7 +37,7 @@ def question_agreement(
     for q in queue.questions or []:
         key, kind, label = q["key"], q["kind"], q.get("label") or q["key"]
         per_item = [
-            [by_user[key] for by_user in (item.get(u) for u in sorted(item)) if key in by_user]
+            [given[key] for _, given in sorted(item.items()) if key in given]
             for item in found.values()
         ]
         per_item = [values for values in per_item if len(values) >= 2]

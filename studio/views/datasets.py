@@ -219,6 +219,10 @@ def export_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     """An export's live page; htmx polls its progress part and stops when it ends."""
     job = _get_export_for_user(request, job_id)
     dataset, membership = _get_dataset_for_user(request, job.version.dataset_id)
+    # its counts (rows left out for a rejected context, ...) come from people's reviews
+    refusal = _blind_refusal(membership, job.version)
+    if refusal:
+        return HttpResponse(refusal, status=403, content_type="text/plain; charset=utf-8")
     context = {
         "project": dataset.project,
         "membership": membership,

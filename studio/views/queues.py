@@ -43,7 +43,15 @@ def queue_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id)
     user = signed_in_user(request)
     rows = [
-        {"queue": q, "progress": service.progress(q), "mine": service.may_work(q, user)}
+        {
+            "queue": q,
+            "progress": service.progress(q),
+            "mine": service.may_work(q, user),
+            # flagged items wait for the lead: the count shows to those who lead
+            "flagged": QueueClaim.objects.filter(item__queue=q, flagged_at__isnull=False).count()
+            if is_lead(q, membership, user)
+            else 0,
+        }
         for q in AnnotationQueue.objects.filter(project=project)
     ]
     return render(
@@ -125,7 +133,7 @@ def _workflow(queue: AnnotationQueue, membership: Membership, user) -> dict:
     lead = is_lead(queue, membership, user)
     skips = service.my_skips(queue, user)
     claims = service.claims_for_lead(queue) if lead else {"holding": [], "flagged": []}
-    members = ReassignForm(queue=queue).fields["user"].queryset if lead else []
+    members = ReassignForm(queue=queue).members() if lead else []
     return {
         "lead": lead,
         "guidelines_html": render_markdown(queue.guidelines),
@@ -136,7 +144,10 @@ def _workflow(queue: AnnotationQueue, membership: Membership, user) -> dict:
         "holding_claims": claims["holding"],
         "flagged_claims": claims["flagged"],
         "members": members,
-        "question_rows": question_agreement(queue) if lead and queue.questions else [],
+        # like the dimensions' agreement: for owners, who see every item's answers
+        "question_rows": question_agreement(queue)
+        if membership.can_edit and queue.questions
+        else [],
     }
 
 
@@ -148,7 +159,7 @@ def _judge_vs_human(queue: AnnotationQueue):
     steps = queue.items.values("step_id")
     if not StepJudgement.objects.filter(step_id__in=steps, ok=True).exists():
         return None
-    return judge_vs_human(queue.items.values_list("step_id", flat=True))
+    return judge_vs_human(queue.items.values_list("step_id", flat=True), queue=queue)
 
 
 @require_POST

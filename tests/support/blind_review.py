@@ -175,12 +175,24 @@ def build(project, export_dir: Path | None = None) -> BlindReview:
     )
 
 
+def hold(review: BlindReview, user):
+    """`user` holds a claim on the queue's first item (taken, not submitted)."""
+    item = review.queue.items.order_by("position").first()
+    return QueueClaim.objects.create(
+        item=item, user=user, expires_at=timezone.now() + timedelta(minutes=30)
+    )
+
+
 def submit(review: BlindReview, user) -> None:
     """`user` submits their annotations of the queue's items (as the item page saves them)."""
     now = timezone.now()
     for item in review.queue.items.all():
         StepAnnotation.objects.create(
-            step=item.step, author=user, queue=review.queue, ratings={"realism": 3}, verdict="accept"
+            step=item.step,
+            author=user,
+            queue=review.queue,
+            ratings={"realism": 3},
+            verdict="accept",
         )
         QueueClaim.objects.create(
             item=item, user=user, expires_at=now + timedelta(minutes=30), done_at=now
