@@ -127,7 +127,11 @@ def test_the_adjudicators_own_correction_or_none(client, project, two_annotators
     page = client.post(
         url, {"verdict": "needs_fix", "correction": "own", "own_correction": "hello"}
     )
-    assert page.status_code == 400 and "pick “none” instead" in page.content.decode()
+    assert page.status_code == 400 and "accept the observation as it is" in page.content.decode()
+    # "needs fix" with no correction would train nothing yet read as decided
+    page = client.post(url, {"verdict": "needs_fix", "correction": "none"})
+    assert page.status_code == 400 and "needs the correction that stands" in page.content.decode()
+    assert not Adjudication.objects.filter(item=two).exists()
     page = client.post(url, {"verdict": "needs_fix", "correction": "own", "own_correction": " "})
     assert page.status_code == 400 and "write your correction" in page.content.decode()
     # a correction by someone who is not an annotator of the item cannot be picked

@@ -148,3 +148,35 @@ def test_hand_picking_a_rejected_step_warns_and_needs_a_confirmation(
     page = client.post(reverse("step_add_to_dataset", args=[steps[1].pk]), {"name": "picked"})
     assert page.status_code == 302
     assert Dataset.objects.get(name="picked").latest.number == 2
+
+
+@pytest.mark.django_db
+def test_an_item_reviewed_by_fewer_people_than_the_queue_asks_is_undecided(
+    project, steps_and_queue
+):
+    """A queue of two annotators per item: one accept (the other skipped) decides nothing;
+    the adjudicator's word does."""
+    steps, queue = steps_and_queue
+    s0, s1, s2, s3, s4 = steps
+    item = queue.items.create(step=s4, position=9)
+    StepAnnotation.objects.create(
+        step=s4, author=project.users["annotator"], queue=queue, verdict="accept"
+    )
+    QueueClaim.objects.create(
+        item=item,
+        user=project.users["annotator"],
+        expires_at=timezone.now(),
+        done_at=timezone.now(),
+    )
+    QueueClaim.objects.create(
+        item=item,
+        user=project.users["researcher"],
+        expires_at=timezone.now(),
+        skipped_at=timezone.now(),
+        skip_reason="not sure",
+    )
+    version = create_version(project, None, SelectionData(name="half", queue=queue))
+    assert s4.pk not in _steps(version)
+    Adjudication.objects.create(item=item, adjudicator=project.users["admin"], verdict="accept")
+    version = create_version(project, None, SelectionData(name="half", queue=queue))
+    assert s4.pk in _steps(version)

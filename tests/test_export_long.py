@@ -229,3 +229,41 @@ def test_export_files_and_archives_follow_the_umask(project, tmp_path, umask):
     expected = 0o666 & ~umask
     assert stat.S_IMODE(made.path.stat().st_mode) == expected
     assert stat.S_IMODE(archive.stat().st_mode) == expected
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(
+    not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+    reason="server-side cursors are PostgreSQL's",
+)
+@pytest.mark.parametrize("how", ["stopped", "failed"])
+def test_an_export_that_ends_early_closes_its_cursor_at_once(project, long_version, how):
+    """A stopped or failed export closes the server-side cursor its items come from before
+    the error leaves it; left to the garbage collector (the traceback keeps the generators
+    alive), the cursor was closed later inside another transaction, which that aborted."""
+    from django.db import connection
+
+    from studio.services.datasets import ExportStopped
+
+    read = 0
+
+    def stop() -> bool:
+        return how == "stopped" and read >= 3
+
+    def tick(counts) -> None:
+        nonlocal read
+        read += 1
+        if how == "failed" and read >= 3:
+            raise RuntimeError("the disk is full")
+
+    counts = ExportCounts()
+    _, chunks = service.version_chunks(
+        long_version, "openai", ExportOptions(), counts, tick=tick, stop=stop
+    )
+    with pytest.raises((ExportStopped, RuntimeError)) as caught:
+        for _ in chunks:
+            pass
+    assert caught.value is not None  # the traceback (and its frames) are still alive here
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_cursors")
+        assert cursor.fetchone()[0] == 0

@@ -49,6 +49,13 @@ class AdjudicationForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         c = super().clean() or {}
+        if c.get("verdict") == Verdict.NEEDS_FIX and (c.get("correction") or NONE) == NONE:
+            # a "needs fix" with no correction trains nothing and reads as decided
+            self.add_error(
+                "correction",
+                "“needs fix” needs the correction that stands: pick an annotator's or write "
+                "your own",
+            )
         if c.get("correction") == OWN:
             text = c.get("own_correction") or ""
             if not text.strip():
@@ -56,7 +63,11 @@ class AdjudicationForm(forms.Form):
             elif text == self.observation:
                 self.add_error(
                     "own_correction",
-                    "your correction is the model's observation unchanged: pick “none” instead",
+                    "your correction is the model's observation unchanged: correct it, or "
+                    "accept the observation as it is"
+                    if c.get("verdict") == Verdict.NEEDS_FIX
+                    else "your correction is the model's observation unchanged: pick “none” "
+                    "instead",
                 )
         return c
 

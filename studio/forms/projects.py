@@ -31,7 +31,12 @@ class MemberForm(forms.Form):
         username = self.cleaned_data["username"].strip()
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
-            raise forms.ValidationError(f"No user is called {username!r}.")
+            # accounts are the site's, not a project's: a project admin adds existing ones
+            raise forms.ValidationError(
+                f"No user is called {username!r}. Accounts are made by a site administrator: "
+                "in /admin/ (Users, Add user) or with `python manage.py createsuperuser`; "
+                "add them here once they exist."
+            )
         self.cleaned_data["user"] = user
         return username
 

@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from inference.judge import DIMENSIONS
-from studio.models import EvaluationRun
+from studio.models import DOMAINS, EvaluationRun
 from studio.services.evaluations import (
     LEADER_COLUMNS,
     SOURCES,
@@ -77,9 +77,15 @@ def sample_set_view(run: EvaluationRun) -> dict[str, Any]:
         "digest": run.sample_set,
         "short": run.sample_set[:12],
         "count": run.samples_total,
-        "pool": (run.params or {}).get("sample_pool") or {},
+        # in the domains' own order (PostgreSQL's JSON gives keys back shortest first)
+        "pool": _in_domain_order((run.params or {}).get("sample_pool") or {}),
         "full": is_full_benchmark(run),
     }
+
+
+def _in_domain_order(pool: dict[str, int]) -> dict[str, int]:
+    order = {domain: i for i, domain in enumerate(DOMAINS)}
+    return dict(sorted(pool.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
 def _plural(n: int, word: str) -> str:

@@ -126,7 +126,8 @@ def queue_decisions(
 
     Only annotations made in the queue by the annotators who completed its item count. The
     final verdict is the adjudicator's where there is one, with the correction they chose
-    (an annotator's or their own; none is none); else the verdict every such annotator gave,
+    (an annotator's or their own; none is none); else, once as many annotators as the queue
+    asks for per item completed it, the verdict every one of them gave,
     with the newest correction saved by one of them (an item accepted over a "needs fix"
     keeps its observation only when nobody who accepted it corrected it). With `with_fixed`,
     items whose final verdict is "needs fix" count when such a correction exists."""
@@ -161,6 +162,9 @@ def queue_decisions(
             final: str | None = adjudication.verdict
             text = adjudication.corrected_observation
             fix = Fix(text, adjudication.correction_by_id) if text else None
+        elif len(given) < queue.annotators_per_item:
+            # fewer reviews than the queue asks for (a skip left a slot open): undecided
+            continue
         else:
             verdicts = {v for v, _, _ in given}
             final = next(iter(verdicts)) if len(verdicts) == 1 else None
@@ -726,13 +730,21 @@ def version_examples(
         loaded = sum(len(c.steps) for c in contexts.values())
         size = max(50, min(chunk, size * MAX_LOADED_STEPS // max(1, loaded)))
 
-    for item in items.iterator(chunk_size=chunk):
-        batch.append(item)
-        if len(batch) >= size:
+    rows = items.iterator(chunk_size=chunk)
+    try:
+        for item in rows:
+            batch.append(item)
+            if len(batch) >= size:
+                yield from flush()
+                batch = []
+        if batch:
             yield from flush()
-            batch = []
-    if batch:
-        yield from flush()
+    finally:
+        # On PostgreSQL the rows come from a server-side cursor: a stopped or failed export
+        # must close it now, in its own transaction. Left to the garbage collector, it is
+        # closed later inside whatever transaction runs then, which the error of closing a
+        # cursor that no longer exists aborts.
+        rows.close()  # type: ignore[attr-defined]
 
 
 def branch_examples(
@@ -759,21 +771,32 @@ def rows_of(
     fallback = json.JSONEncoder(ensure_ascii=True).encode  # escapes keep it valid UTF-8
     drop = options.drop_rejected_context
     thinking = options.thinking and trains_world_model(fmt, options)
-    for example in examples:
-        if drop and context_rejected(example):
-            counts.rejected_context += 1
-            continue
-        row = row_for(fmt, example, options)
-        if row is None:
-            counts.no_row += 1
-            continue
-        counts.rows += 1
-        if thinking and not has_thinking(example.turn):
-            counts.empty_thinking += 1
-        try:
-            yield orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
-        except orjson.JSONEncodeError:
-            yield fallback(row).encode("ascii") + b"\n"
+    try:
+        for example in examples:
+            if drop and context_rejected(example):
+                counts.rejected_context += 1
+                continue
+            row = row_for(fmt, example, options)
+            if row is None:
+                counts.no_row += 1
+                continue
+            counts.rows += 1
+            if thinking and not has_thinking(example.turn):
+                counts.empty_thinking += 1
+            try:
+                yield orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+            except orjson.JSONEncodeError:
+                yield fallback(row).encode("ascii") + b"\n"
+    finally:
+        close_upstream(examples)
+
+
+def close_upstream(source: Iterable[Any]) -> None:
+    """Close a generator feeding a stage that ends early (stopped, failed, abandoned), so the
+    database cursor at the head of the chain closes now (see `version_examples`)."""
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
 
 
 def write_rows(lines: Iterable[bytes], out: IO[bytes], *, buffer: int = 1 << 20) -> None:
@@ -863,12 +886,15 @@ def ticking(
     stop: Callable[[], bool] | None = None,
 ) -> Iterator[Example]:
     """The examples, calling `tick(counts)` after each one; `stop()` true: ExportStopped."""
-    for example in examples:
-        if stop is not None and stop():
-            raise ExportStopped
-        yield example
-        if tick is not None:
-            tick(counts)
+    try:
+        for example in examples:
+            if stop is not None and stop():
+                raise ExportStopped
+            yield example
+            if tick is not None:
+                tick(counts)
+    finally:
+        close_upstream(examples)
 
 
 def version_chunks(
