@@ -353,7 +353,7 @@ def test_a_run_over_imported_benchmark_files_asks_each_row_as_the_reference_does
     world, judge = endpoints(project, "http://127.0.0.1:9/v1")
     data = service.EvaluationData(name="bench", world=world, judge=judge, source="benchmark")
     run = service.start_evaluation(project, None, data)
-    samples = service.choose_samples(run)
+    samples = service.draw_samples(run).samples
     originals = read_awb_rows("terminal_test.jsonl") + read_awb_rows("mcp_test.jsonl")
     assert len(samples) == len(originals)  # the other trajectory is left out
     rebuilt = []
@@ -371,7 +371,7 @@ def test_a_run_over_imported_benchmark_files_asks_each_row_as_the_reference_does
     )
     assert picked.is_valid(), picked.errors
     only = service.start_evaluation(project, None, picked.data_object())
-    assert {s.domain for s in service.choose_samples(only)} == {"terminal"}
+    assert {s.domain for s in service.draw_samples(only).samples} == {"terminal"}
     refused = EvaluationForm(
         {**form(world, judge), "benchmark_files": ["nope.jsonl"]}, project=project
     )

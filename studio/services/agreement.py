@@ -25,6 +25,7 @@ from studio.models import (
     StepAnnotation,
     Verdict,
 )
+from studio.services.queues import counted_annotations
 
 
 @dataclass
@@ -38,19 +39,12 @@ class Agreement:
 
 
 def _annotations(queue: AnnotationQueue) -> dict[int, list[StepAnnotation]]:
-    """Each item's annotations made in the queue by the annotators who completed it there."""
+    """Each item's annotations that the queue counts (`counted_annotations`)."""
     by_item: dict[int, list[StepAnnotation]] = {}
-    items = {i.step_id: i.pk for i in queue.items.all()}
-    done = set(
-        QueueClaim.objects.filter(item__queue=queue, done_at__isnull=False).values_list(
-            "item_id", "user_id"
-        )
-    )
-    rows = StepAnnotation.objects.filter(queue=queue, step_id__in=items).select_related("author")
-    for a in rows:
-        item = items[a.step_id]
-        if (item, a.author_id) in done:
-            by_item.setdefault(item, []).append(a)
+    items = dict(queue.items.values_list("step_id", "pk"))
+    for a in counted_annotations(queue).select_related("author"):
+        if a.step_id in items:
+            by_item.setdefault(items[a.step_id], []).append(a)
     return by_item
 
 
@@ -161,9 +155,9 @@ def adjudicate(
 def item_annotations(item: QueueItem) -> list[StepAnnotation]:
     """The annotations of `item` the queue counts: made in its queue by those who completed
     it, in the order they were made."""
-    done = QueueClaim.objects.filter(item=item, done_at__isnull=False).values("user")
     return list(
-        StepAnnotation.objects.filter(queue_id=item.queue_id, step_id=item.step_id, author__in=done)
+        counted_annotations(item.queue_id)
+        .filter(step_id=item.step_id)
         .select_related("author")
         .order_by("created_at", "id")
     )

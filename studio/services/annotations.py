@@ -237,20 +237,9 @@ def earlier_steps(branch, step: Step, limit: int = MAX_EARLIER) -> list[Step]:
     return list(reversed(rows))
 
 
-def reference_of(branch, step: Step) -> Step | None:
-    """The recorded step the judge would take as `step`'s reference (the same action at the
-    same step of the recorded branch, with the recorded actions before it), as
-    `studio.services.judging` finds it for its rows."""
-    from studio.services import judging
-
-    path = list(branch.all_steps().filter(index__lte=step.index))
-    at = next((i for i, s in enumerate(path) if s.pk == step.pk), None)
-    if at is None:
-        return None
-    return judging._reference_of(path, at, judging._recorded_path(branch))
-
-
 def item_context(branch, step: Step) -> ItemContext:
+    from studio.services import judging  # the judge's services load the simulation's
+
     meta = step.meta or {}
     world = meta.get("world") if isinstance(meta.get("world"), dict) else None
     perturbation = meta.get("perturbation") if isinstance(meta.get("perturbation"), dict) else None
@@ -261,5 +250,5 @@ def item_context(branch, step: Step) -> ItemContext:
         earlier=earlier_steps(branch, step, EARLIER_SHOWN_AT_ONCE),
         world=world,
         perturbation=perturbation,
-        reference=reference_of(branch, step),
+        reference=judging.reference_step(branch, step),
     )

@@ -50,7 +50,6 @@ from studio.models import (
     DatasetVersion,
     ExportJob,
     Project,
-    QueueClaim,
     QueueItem,
     Step,
     StepAnnotation,
@@ -59,7 +58,7 @@ from studio.models import (
 )
 from studio.queues import queue_name
 from studio.services import job_limits
-from studio.services.queues import QueueData, steps_for
+from studio.services.queues import QueueData, counted_annotations, steps_for
 
 MAX_ITEMS = 200_000
 MAX_LOADED_STEPS = 20_000  # steps of branch paths an export holds at once, about
@@ -136,23 +135,17 @@ def queue_decisions(
         "item_id", "verdict", "corrected_observation", "correction_by_id"
     )
     decided = {a.item_id: a for a in adjudications}
-    done = set(
-        QueueClaim.objects.filter(item__queue=queue, done_at__isnull=False).values_list(
-            "item_id", "user_id"
-        )
-    )
     item_of = {step: item for item, step in items}
     # item -> (verdict, correction, author), newest first
     marks: dict[int, list[tuple[str, str, int]]] = {}
     rows = (
-        StepAnnotation.objects.filter(queue=queue, step_id__in=list(item_of))
+        counted_annotations(queue)
         .order_by("-updated_at", "-id")
         .values_list("step_id", "author_id", "verdict", "corrected_observation")
     )
     for step_id, author, verdict, correction in rows:
-        item = item_of[step_id]
-        if (item, author) in done:
-            marks.setdefault(item, []).append((verdict, correction, author))
+        if step_id in item_of:
+            marks.setdefault(item_of[step_id], []).append((verdict, correction, author))
     chosen: dict[int, Fix | None | bool] = {}
     for item, step_id in items:
         given = marks.get(item, [])
@@ -219,11 +212,10 @@ def rejections(step_id: int) -> list[str]:
             if adjudication.verdict == Verdict.REJECT:
                 reasons.append(f"queue {item.queue.name!r}: the adjudicator rejected it")
             continue
-        done = QueueClaim.objects.filter(item=item, done_at__isnull=False).values("user")
         verdicts = list(
-            StepAnnotation.objects.filter(
-                queue_id=item.queue_id, step_id=step_id, author__in=done
-            ).values_list("verdict", flat=True)
+            counted_annotations(item.queue_id)
+            .filter(step_id=step_id)
+            .values_list("verdict", flat=True)
         )
         rejected = verdicts.count(Verdict.REJECT)
         if rejected:
@@ -532,21 +524,15 @@ def rejected_steps(step_ids: Iterable[int]) -> set[int]:
             decided.add((step_id, queue_id))
             if verdict == Verdict.REJECT:
                 rejected.add(step_id)
-        in_queues: dict[tuple[int, int], set[int]] = {}  # (step, queue) -> who rejected it
-        for step_id, queue_id, author_id in StepAnnotation.objects.filter(
-            step_id__in=part, verdict=Verdict.REJECT
-        ).values_list("step_id", "queue_id", "author_id"):
-            if queue_id is None:
+        in_queues = counted_annotations().filter(step_id__in=part, verdict=Verdict.REJECT)
+        for step_id, queue_id in in_queues.values_list("step_id", "queue_id"):
+            if (step_id, queue_id) not in decided:
                 rejected.add(step_id)
-            elif (step_id, queue_id) not in decided:
-                in_queues.setdefault((step_id, queue_id), set()).add(author_id)
-        if in_queues:
-            done = QueueClaim.objects.filter(
-                item__step_id__in={s for s, _ in in_queues}, done_at__isnull=False
-            ).values_list("item__step_id", "item__queue_id", "user_id")
-            for step_id, queue_id, user_id in done:
-                if user_id in in_queues.get((step_id, queue_id), ()):
-                    rejected.add(step_id)
+        rejected.update(
+            StepAnnotation.objects.filter(
+                step_id__in=part, queue__isnull=True, verdict=Verdict.REJECT
+            ).values_list("step_id", flat=True)
+        )
     return rejected
 
 

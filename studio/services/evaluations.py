@@ -225,10 +225,6 @@ def draw_samples(run: EvaluationRun) -> SampleSet:
     return SampleSet(chosen, sample_set_digest(identities), pool)
 
 
-def choose_samples(run: EvaluationRun) -> list[EvaluationSample]:
-    return draw_samples(run).samples
-
-
 def sample_set_of_saved(run: EvaluationRun) -> str:
     """The digest of a run's saved samples (a run sampled before digests were kept); a
     sample whose trajectory was deleted counts by its key."""

@@ -194,6 +194,16 @@ def _reference_of(path: list[Step], at: int, recorded: dict[int, Step]) -> Step 
     return real
 
 
+def reference_step(branch: Branch, step: Step) -> Step | None:
+    """The recorded step the judge takes as `step`'s reference on `branch` (see
+    `_reference_of`), for pages that show it beside the step (the annotation item)."""
+    path = list(branch.all_steps().filter(index__lte=step.index))
+    at = next((i for i, s in enumerate(path) if s.pk == step.pk), None)
+    if at is None:
+        return None
+    return _reference_of(path, at, _recorded_path(branch))
+
+
 @dataclass
 class JudgeItem:
     step: Step

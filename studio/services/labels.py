@@ -18,8 +18,10 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from inference.judge import DIMENSIONS
-from studio.models import AnnotationQueue, QueueClaim, StepAnnotation, StepJudgement
+from studio.models import AnnotationQueue, QueueClaim, StepAnnotation
 from studio.services.agreement import pseudonyms
+from studio.services.datasets import file_stem
+from studio.services.judging import latest_judgements
 
 FORMATS = {
     "jsonl": ("application/x-ndjson", "jsonl"),
@@ -37,8 +39,7 @@ COLUMNS = [
 
 
 def file_name(queue: AnnotationQueue, fmt: str) -> str:
-    safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in queue.name)[:60]
-    return f"queue-{queue.pk}-{safe or 'labels'}-labels.{FORMATS[fmt][1]}"
+    return f"queue-{queue.pk}-{file_stem(queue.name)[:60]}-labels.{FORMATS[fmt][1]}"
 
 
 def label_rows(queue: AnnotationQueue) -> Iterator[dict[str, Any]]:
@@ -50,13 +51,7 @@ def label_rows(queue: AnnotationQueue) -> Iterator[dict[str, Any]]:
             item__queue=queue
         ).values_list("item__step_id", "user_id", "claimed_at", "done_at", "flagged_at")
     }
-    steps = queue.items.values("step_id")
-    judged: dict[int, StepJudgement] = {}
-    # newest first (the model's ordering): the first seen per step is its newest
-    for j in StepJudgement.objects.filter(step_id__in=steps, ok=True).only(
-        "step_id", "judge_model", "scores", "total_score", "created_at"
-    ):
-        judged.setdefault(j.step_id, j)
+    judged = latest_judgements(queue.items.values_list("step_id", flat=True))
     rows = (
         StepAnnotation.objects.filter(queue=queue)
         .select_related("step__branch__trajectory")

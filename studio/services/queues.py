@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, Max, Min, OuterRef, Q
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from studio.models import (
@@ -402,22 +402,30 @@ def my_skips(queue: AnnotationQueue, user) -> int:
     ).count()
 
 
-def question_answers(queue: AnnotationQueue) -> dict[int, dict[int, dict[str, Any]]]:
-    """{item id: {user id: answers}} over the queue's own annotations by the annotators who
-    completed the item (those the queue counts)."""
-    item_of = dict(queue.items.values_list("step_id", "pk"))
-    done = set(
-        QueueClaim.objects.filter(item__queue=queue, done_at__isnull=False).values_list(
-            "item_id", "user_id"
-        )
+def counted_annotations(queue: AnnotationQueue | int | None = None) -> QuerySet[StepAnnotation]:
+    """The annotations a queue counts (agreement, adjudication, decisions, answers,
+    rejections): made in the queue by annotators who completed their item there; those of
+    every queue when `queue` is None. One definition for all of them."""
+    completed = QueueClaim.objects.filter(
+        item__queue_id=OuterRef("queue_id"),
+        item__step_id=OuterRef("step_id"),
+        user_id=OuterRef("author_id"),
+        done_at__isnull=False,
     )
+    rows = StepAnnotation.objects.filter(queue__isnull=False).filter(Exists(completed))
+    if queue is None:
+        return rows
+    return rows.filter(queue_id=queue if isinstance(queue, int) else queue.pk)
+
+
+def question_answers(queue: AnnotationQueue) -> dict[int, dict[int, dict[str, Any]]]:
+    """{item id: {user id: answers}} over the annotations the queue counts."""
+    item_of = dict(queue.items.values_list("step_id", "pk"))
     found: dict[int, dict[int, dict[str, Any]]] = {}
-    rows = StepAnnotation.objects.filter(queue=queue).values_list("step_id", "author_id", "answers")
+    rows = counted_annotations(queue).values_list("step_id", "author_id", "answers")
     for step_id, author_id, answers in rows:
-        item_id = item_of.get(step_id)
-        if item_id is None or (item_id, author_id) not in done or not answers:
-            continue
-        found.setdefault(item_id, {})[author_id] = dict(answers)
+        if answers and step_id in item_of:
+            found.setdefault(item_of[step_id], {})[author_id] = dict(answers)
     return found
 
 
