@@ -7,6 +7,7 @@ from studio.models.annotations import (
     StepAnnotation,
     Verdict,
 )
+from studio.models.arena import ArenaPair, ArenaRun, PairWinner
 from studio.models.datasets import Dataset, DatasetItem, DatasetVersion, ExportJob
 from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
 from studio.models.evaluations import EvaluationRun, EvaluationSample, SampleStage
@@ -26,6 +27,7 @@ from studio.models.trajectories import (
     Tag,
     Trajectory,
 )
+from studio.models.workers import WorkerHeartbeat
 from studio.models.worlds import World, WorldVersion
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
     "AnnotationQueue",
     "AnnotationVersion",
     "ApiToken",
+    "ArenaPair",
+    "ArenaRun",
     "DOMAINS",
     "Dataset",
     "DatasetItem",
@@ -52,6 +56,7 @@ __all__ = [
     "Membership",
     "ModelEndpoint",
     "ObservationSource",
+    "PairWinner",
     "Perturbation",
     "Project",
     "Provenance",
@@ -66,6 +71,7 @@ __all__ = [
     "Tag",
     "Trajectory",
     "Verdict",
+    "WorkerHeartbeat",
     "World",
     "WorldVersion",
 ]

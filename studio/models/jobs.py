@@ -33,6 +33,9 @@ class JobBase(models.Model):
     message_id = models.CharField(max_length=64, blank=True)
     claimed_by = models.CharField(max_length=64, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
+    # The Celery worker ("jobs@host") whose task claimed it: its heartbeat row says within
+    # seconds when that worker stopped (`studio.services.workers`).
+    worker = models.CharField(max_length=200, blank=True)
 
     class Meta:
         abstract = True
@@ -112,12 +115,17 @@ class SimulationJob(JobBase):
         "studio.ModelEndpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     backend = models.CharField(max_length=20)  # retrieval | openai | hf
+    # The endpoint's name when the job was made (blank: none, e.g. the retrieval baseline
+    # or a request by URL): the job says which model it ran after the endpoint is renamed
+    # or deleted. `studio.services.model_identity` reads these.
+    world_name = models.CharField(max_length=100, blank=True)
     model = models.CharField(max_length=300, blank=True)
     base_url = models.CharField(max_length=500, blank=True)
     # The agent model of a rollout (blank for the other modes).
     agent_endpoint = models.ForeignKey(
         "studio.ModelEndpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    agent_name = models.CharField(max_length=100, blank=True)
     agent_model = models.CharField(max_length=300, blank=True)
     agent_base_url = models.CharField(max_length=500, blank=True)
     queue = models.CharField(max_length=50, default="default")
@@ -132,6 +140,14 @@ class SimulationJob(JobBase):
     # The job's one future is written into `branch` itself, after its last step, instead of
     # a new child branch: an episode served to an outside agent grows its own trajectory.
     appends = models.BooleanField(default=False)
+    # The arena this job is one model of (`studio.models.arena`).
+    arena = models.ForeignKey(
+        "studio.ArenaRun",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="simulations",
+    )
     cancel_requested = models.BooleanField(default=False)
     # 0..1 over all samples, and a phase: queued, prefill, decoding, agent, saving; a step of
     # an episode: answering (its answer is asked whole)

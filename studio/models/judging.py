@@ -16,6 +16,7 @@ class JudgeTarget(models.TextChoices):
     BRANCH = "branch", "a branch"
     FORK = "fork", "a fork's futures"
     QUEUE = "queue", "an annotation queue"
+    ARENA = "arena", "an arena's futures"
 
 
 class JudgeJob(JobBase):
@@ -32,6 +33,9 @@ class JudgeJob(JobBase):
     )
     annotation_queue = models.ForeignKey(
         "studio.AnnotationQueue", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    arena = models.ForeignKey(
+        "studio.ArenaRun", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
     description = models.CharField(max_length=500)  # what it judges, in words
     # the judge as it was when the job was made (its endpoint may change or go)

@@ -77,6 +77,8 @@ class BranchOrigin(models.TextChoices):
     RECORDED = "recorded", "Recorded"
     SIMULATED = "simulated", "Simulated"
     EDITED = "edited", "Edited"
+    # played in the playground: a person typed its actions
+    PLAYED = "played", "Played by a person"
 
 
 class BranchStatus(models.TextChoices):
@@ -173,6 +175,7 @@ class Provenance(models.TextChoices):
     REPLAYED = "replayed", "Recorded action replayed"
     EDITED = "edited", "Edited action"
     AGENT = "agent", "Agent-proposed action"
+    TYPED = "typed", "Action typed by a person"
 
 
 class ObservationSource(models.TextChoices):
