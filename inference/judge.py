@@ -460,3 +460,154 @@ def run_judge(
         redo=lambda row: (row.get("judge") or {}).get("message") == "Judge scoring failed",
     )
     return stats
+
+
+# ---- pairwise: which of two predictions is more faithful -----------------------------------
+
+PAIRWISE_SYSTEM_PROMPT = """\
+You compare two world models: models that play the environment of a software agent and write
+the observation the environment would return after the agent's action. You see the interaction
+so far, the agent's latest action, {reference_line}and the observations two world models
+predicted for it, labelled A and B. Decide which prediction is the more faithful stand-in for
+what this environment would return: its shape and format, facts that agree with {facts_source},
+consistency with everything the history established, and realism. Judge the content, not the
+length, and not the order in which the two are shown; say "tie" only when neither is better.
+
+Think it through briefly, then end with exactly this block and nothing after it (winner is
+"A", "B" or "tie"; reason one short sentence):
+<final_verdict>
+```json
+{{"winner": "A", "reason": "..."}}
+```
+</final_verdict>"""
+
+PAIRWISE_USER_TEMPLATE = """\
+## Interaction history (earlier turns)
+{history}
+
+## Current turn (the agent's action)
+{current}
+{reference}
+## Prediction A
+{first}
+
+## Prediction B
+{second}"""
+
+PAIR_WINNERS = ("A", "B", "tie")
+_VERDICT_OPEN = re.compile(r"<final_verdict>", _I)
+_VERDICT_CLOSE = re.compile(r"</final_verdict>", _I)
+
+
+@dataclass
+class PairVerdict:
+    winner: str  # "A" (the prediction shown first), "B" (shown second) or "tie"
+    reason: str = ""
+
+
+def build_pairwise_messages(
+    row: dict, first: str, second: str, *, history_chars: int | None = None
+) -> list[dict]:
+    """The pairwise prompt for one fork: `row` is a judge row (`prompt`, `response`,
+    `turn_idx`, `no_reference`, as the pointwise judge reads it) and `first` / `second` the
+    two predictions in the order shown. With a reference (`no_reference` false) the recorded
+    observation is shown too."""
+    turn = int(row["turn_idx"])
+    prompts, responses = row["prompt"], row["response"]
+    history = "\n\n".join(
+        f"{prompts[i]}\n\n{responses[i]}" for i in range(turn - 1) if i < len(responses)
+    )
+    has_reference = not row.get("no_reference") and turn - 1 < len(responses)
+    reference = (
+        f"\n## Reference observation (what the real environment returned)\n{responses[turn - 1]}\n"
+        if has_reference
+        else ""
+    )
+    system = PAIRWISE_SYSTEM_PROMPT.format(
+        reference_line="the observation the real environment returned (the reference), "
+        if has_reference
+        else "",
+        facts_source="the reference and the history" if has_reference else "the history",
+    )
+    user = PAIRWISE_USER_TEMPLATE.format(
+        history=_clip(history, history_chars, keep_end=True) or "(none: this is the first turn)",
+        current=prompts[turn - 1],
+        reference=reference,
+        first=first.strip() or NO_OUTPUT,
+        second=second.strip() or NO_OUTPUT,
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def parse_pair_verdict(text: str) -> PairVerdict:
+    """The winner ("A", "B" or "tie") and reason from a pairwise answer: the JSON object in
+    the last <final_verdict> block (or anywhere, when the block is missing or not closed;
+    near-JSON repaired). The winner is read in any case, with or without "prediction"
+    before it ("Prediction A", "b", "TIE", "draw" for a tie). JudgementError says what is
+    wrong with an answer that names none."""
+    text = text or ""
+    region = text
+    opened = None
+    for opened in _VERDICT_OPEN.finditer(text):  # noqa: B007 - the last one is wanted
+        pass
+    if opened is not None:
+        body = text[opened.end() :]
+        close = _VERDICT_CLOSE.search(body)
+        region = body if close is None else body[: close.start()]
+    data = {str(k).strip().lower(): v for k, v in _json_object(region).items()}
+    value = data.get("winner")
+    if not isinstance(value, str) or not value.strip():
+        raise JudgementError(f'no "winner" in the verdict (got {value!r})')
+    word = value.strip().lower().removeprefix("prediction").strip(" :.")
+    winner = {"a": "A", "b": "B", "tie": "tie", "draw": "tie", "equal": "tie"}.get(word)
+    if winner is None:
+        raise JudgementError(f'the winner must be "A", "B" or "tie" (got {value!r})')
+    reason = data.get("reason")
+    return PairVerdict(winner, reason.strip() if isinstance(reason, str) else "")
+
+
+def compare_pair(judge: Judge, row: dict, first: str, second: str) -> dict:
+    """Ask `judge` which of two predictions (in the order shown) is more faithful, with its
+    retries: {"ok": True, "winner": "A" | "B" | "tie", "reason", "raw", "tokens_in",
+    "tokens_out", "attempts"} or {"ok": False, "error", "raw", ...} once every attempt
+    failed (an API error, an answer without a verdict)."""
+    messages = build_pairwise_messages(row, first, second, history_chars=judge.history_chars)
+    errors: list[str] = []
+    raw = ""
+    tokens = [0, 0]
+    for attempt in range(judge.attempts):
+        try:
+            response = judge.client.chat.completions.create(
+                model=judge.model,
+                messages=cast(Any, messages),
+                temperature=judge.temperature,
+                max_tokens=judge.max_tokens,
+            )
+            raw = response.choices[0].message.content or ""
+            usage = getattr(response, "usage", None)
+            if usage is not None:
+                tokens[0] += usage.prompt_tokens or 0
+                tokens[1] += usage.completion_tokens or 0
+            verdict = parse_pair_verdict(raw)
+        except Exception as exc:  # noqa: BLE001 - API or parse failure: retry
+            errors.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
+            if attempt + 1 < judge.attempts:
+                time.sleep(judge.backoff_s * (2**attempt))
+            continue
+        return {
+            "ok": True,
+            "winner": verdict.winner,
+            "reason": verdict.reason,
+            "raw": raw,
+            "tokens_in": tokens[0],
+            "tokens_out": tokens[1],
+            "attempts": attempt + 1,
+        }
+    return {
+        "ok": False,
+        "error": "; ".join(errors),
+        "raw": raw,
+        "tokens_in": tokens[0],
+        "tokens_out": tokens[1],
+        "attempts": judge.attempts,
+    }

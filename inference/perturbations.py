@@ -315,13 +315,7 @@ def transform(p: Perturbation, observation: str, domain: str) -> str:
             domain, 429, f"Too Many Requests: rate limit exceeded; retry after {a['retry_after']} s"
         )
     if kind == "empty_result":
-        is_json, value = _as_json(observation)
-        if is_json:
-            emptied = _emptied(value)
-            return observation if emptied == value else json.dumps(emptied, ensure_ascii=False)
-        if domain == "search":
-            return "No results found."
-        return ""
+        return empty_result(observation, domain)
     if kind == "truncated":
         chars = int(a["chars"])
         if len(observation) <= chars:
@@ -357,16 +351,181 @@ def transform(p: Perturbation, observation: str, domain: str) -> str:
     raise PerturbationError(f"a {kind} perturbation has no deterministic form")
 
 
-def _emptied(value: Any) -> Any:
+# Keys of a count that goes with the emptied lists ("total": 0 beside "results": []).
+COUNT_KEYS = frozenset(
+    {"total", "count", "total_count", "totalcount", "num_results", "totalresults", "hits",
+     "result_count", "size", "length"}
+)  # fmt: skip
+# What each domain's observations say when an operation finds nothing, in the forms their
+# recorded data have (SWE-agent's shell message, an MCP tool result, a page, a screen).
+EMPTY_MCP_RESULT = {"content": [], "isError": False}
+SWE_NO_OUTPUT = "Your command ran successfully and did not produce any output."
+NO_RESULTS = "No results found."
+
+
+def empty_result(observation: str, domain: str) -> str:
+    """The observation as it reads when the operation succeeds and finds nothing, in the
+    domain's own form: a JSON document keeps its shape and metadata with its lists emptied
+    (and its counts at 0: `{"query": "q", "results": [], "total": 0}`); an MCP result with
+    no list is a tool result with an empty content array; a shell prints nothing and exits
+    0; a search page, a web page, a desktop or a phone screen shows no items."""
+    is_json, value = _as_json(observation)
+    if is_json:
+        emptied = _emptied(value)
+        if emptied != value:
+            return json.dumps(emptied, ensure_ascii=False)
+        if isinstance(value, dict) and domain != "android":
+            return json.dumps(EMPTY_MCP_RESULT if domain == "mcp" else {}, ensure_ascii=False)
+    if domain == "mcp":
+        return json.dumps(EMPTY_MCP_RESULT)
+    if domain == "android":
+        return json.dumps({"ui_elements": []})
+    if domain in ("terminal", "os") and not observation.lstrip().startswith("[Top bar]"):
+        return "[exit code 0]"  # empty stdout, exit code 0 (this module's form of a code)
+    if domain == "swe":
+        return SWE_NO_OUTPUT
+    if domain == "web":
+        return _empty_page(observation)
+    if domain == "os":
+        return _empty_screen(observation)
+    return NO_RESULTS  # search, and any other domain
+
+
+def _empty_page(observation: str) -> str:
+    """A web observation with no items: an accessibility tree keeps its root, HTML its
+    head; the page says it found nothing."""
+    text = observation.strip()
+    first = text.splitlines()[0] if text else ""
+    if first.startswith("[") and "RootWebArea" in first:
+        return f'{first}\n  [2] main\n    [3] StaticText "{NO_RESULTS}"'
+    lower = text.lower()
+    if "<body" in lower:
+        start = lower.index("<body")
+        end = lower.index(">", start) + 1
+        return text[:end] + f"\n<main><p>{NO_RESULTS}</p></main>\n</body>\n</html>"
+    return NO_RESULTS
+
+
+def _empty_screen(observation: str) -> str:
+    """A desktop observation with no items: its top bar and window lines, nothing in them."""
+    kept = [
+        line
+        for line in observation.splitlines()
+        if line.startswith(("[Top bar]", "[Window]", "[Overview]"))
+    ]
+    return "\n".join([*kept, "  (no items)"])
+
+
+def _emptied(value: Any, key: str = "") -> Any:
     """The same shape with its collections emptied: lists to [], an object keeps its keys
-    with emptied values (so `{"results": [...]}` becomes `{"results": []}`)."""
+    (so `{"results": [...]}` becomes `{"results": []}`), its metadata (strings, flags) as
+    they were and its counts at 0."""
     if isinstance(value, list):
         return []
     if isinstance(value, dict):
-        return {k: _emptied(v) for k, v in value.items()}
-    if isinstance(value, str):
-        return ""
+        return {k: _emptied(v, k) for k, v in value.items()}
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return 0 if key.lower() in COUNT_KEYS else value
     return value
+
+
+# ---- checking a prompted perturbation: does the model's answer show it? --------------------
+
+SHOWN, NOT_SHOWN, UNCHECKED = "shown", "not shown", "unchecked"
+# Words an error, refusal or failure is written with, whatever the domain's form.
+_FAILURE_WORDS = {
+    "tool_error": ("error", "fail", "exception", "internal"),
+    "timeout": ("timeout", "timed out", "time out", "deadline", "exit code 124", "408"),
+    "rate_limit": ("rate limit", "too many requests", "429", "retry", "throttl", "quota"),
+    "permission_denied": ("permission", "denied", "forbidden", "403", "unauthori", "not allowed"),
+    "network_failure": ("network", "connection", "unreachable", "reset", "refused", "dns", "econn"),
+}
+_EMPTY_TEXTS = (
+    "no results", "no result", "nothing found", "not found", "could not find", "no items",
+    "no matches", "no match", "0 results", "did not produce any output", "no output", "empty",
+    "no entries", "none found",
+)  # fmt: skip
+
+
+def check_shown(kind: str, observation: str, params: Mapping[str, Any] | None = None) -> str:
+    """Whether a simulated observation shows a prompted perturbation of `kind`: SHOWN,
+    NOT_SHOWN, or UNCHECKED (a kind no deterministic check can read, e.g. stale data or a
+    custom instruction). A check of its form, not of its meaning: an empty result is an
+    empty document or a "no results" text; an error kind names its error (its code or its
+    words); a truncation is about as short as asked; schema drift lacks the field."""
+    params = params or {}
+    text = observation.strip()
+    low = text.lower()
+    if kind == "empty_result":
+        is_json, value = _as_json(text)
+        if is_json:
+            return SHOWN if _is_empty(value) else NOT_SHOWN
+        if not text or low in ("[]", "{}", "null", "none", "[exit code 0]"):
+            return SHOWN
+        return SHOWN if any(w in low for w in _EMPTY_TEXTS) else NOT_SHOWN
+    if kind in _FAILURE_WORDS:
+        words = list(_FAILURE_WORDS[kind])
+        code = params.get("code")
+        if kind == "tool_error" and code is not None:
+            words.append(str(code))
+        is_json, value = _as_json(text)
+        if is_json and isinstance(value, dict):  # a document: an error is flagged in it
+            if not (value.get("isError") or value.get("error")):
+                return NOT_SHOWN
+            return SHOWN if kind == "tool_error" or any(w in low for w in words) else NOT_SHOWN
+        return SHOWN if any(w in low for w in words) else NOT_SHOWN
+    if kind == "truncated":
+        chars = params.get("chars")
+        if not isinstance(chars, int):
+            return UNCHECKED
+        # about the length asked, or marked as cut
+        cut = len(text) <= chars * 1.5 + 20 or "truncat" in low or text.endswith(("…", "..."))
+        return SHOWN if cut else NOT_SHOWN
+    if kind == "schema_drift":
+        is_json, value = _as_json(text)
+        field_name = str(params.get("field") or "")
+        if not is_json or not field_name:
+            return UNCHECKED
+        rename = str(params.get("rename_to") or "")
+        has_field = _has_key(value, field_name)
+        if rename:
+            return SHOWN if _has_key(value, rename) and not has_field else NOT_SHOWN
+        return NOT_SHOWN if has_field else SHOWN
+    if kind == "malformed_json":
+        try:
+            json.loads(text)
+        except ValueError:
+            return SHOWN
+        return NOT_SHOWN
+    return UNCHECKED  # stale, custom: what they change is meaning, not form
+
+
+def _is_empty(value: Any) -> bool:
+    """Nothing found: no list in it holds an item (an object of metadata and empty lists,
+    an MCP result with an empty content array, [] or {})."""
+    if isinstance(value, list):
+        return not value
+    if isinstance(value, dict):
+        # the collections in it; an object of scalars alone is metadata ({"page": 1})
+        collections = [v for v in value.values() if isinstance(v, list) or _has_list(v)]
+        if not collections:
+            return not value
+        return all(_is_empty(v) for v in collections)
+    return value in (None, "")
+
+
+def _has_list(value: Any) -> bool:
+    if isinstance(value, list):
+        return True
+    return isinstance(value, dict) and any(_has_list(v) for v in value.values())
+
+
+def _has_key(value: Any, name: str) -> bool:
+    if isinstance(value, dict):
+        return name in value or any(_has_key(v, name) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_key(v, name) for v in value)
+    return False
 
 
 def _drifted(value: Any, name: str, rename_to: str) -> Any:

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Install and start AgentWorld Studio with its demo data on embedded defaults: SQLite in var/,
-# a Celery worker (Redis when REDIS_URL is set or a local one answers, else kombu's filesystem
-# transport in var/broker), no GPU and no model weights. Prints the URL and the demo logins.
-#   PORT=8001 scripts/dev.sh          another port (default 8000)
-#   STUDIO_BROKER=filesystem ...      use the embedded broker even if Redis is running
+# Celery workers (Redis when REDIS_URL is set or a local one answers, else the embedded SQLite
+# broker in var/broker.sqlite3), no GPU and no model weights. Prints the URL and the demo
+# logins. A worker that exits is started again (said on the terminal and in its log).
+#   PORT=8001 scripts/dev.sh              another port (default 8000)
+#   STUDIO_BROKER=sqlite scripts/dev.sh   the embedded broker even if Redis is running
+#   STUDIO_DATA_DIR=/tmp/x scripts/dev.sh another data dir (database, broker, logs)
+# What it chose (database, broker) is recorded in the data dir (dev-runtime.json) while it
+# runs: manage.py and workers started in another terminal use the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -30,39 +34,99 @@ fi
 export DEBUG=${DEBUG:-1}
 export DJANGO_SETTINGS_MODULE=studio.settings
 PY=.venv/bin/python
-$PY manage.py migrate --noinput -v 0
-$PY manage.py load_demo
-$PY - <<'PY'
+DATA_DIR=${STUDIO_DATA_DIR:-var}
+mkdir -p "$DATA_DIR"
+RUNTIME="$DATA_DIR/dev-runtime.json"
+
+# Choose the database and broker once, record them for other terminals, and give them to
+# every process started here as explicit settings: a worker restarted an hour later uses
+# the same broker even if Redis came or went meanwhile.
+CHOICE=$(DEV_PID=$$ $PY - <<'PY'
+import os
+import shlex
+
 from django.conf import settings
 
-db = settings.DATABASES["default"]
-print(f"Database: {db['ENGINE'].rsplit('.', 1)[-1]} {db['NAME']}")
-print(f"Broker:   {settings.BROKER_DESCRIPTION}")
-PY
+from studio.env import write_dev_runtime
 
-mkdir -p var
-# One worker for the default and gpu queues (a gpu job without torch fails with a clear error),
-# and one for the steps of episodes played by outside agents: a threads pool, each thread
-# waiting on a model server's answer (STUDIO_EPISODE_THREADS at once).
-$PY -m celery -A studio worker -Q default,gpu -c 2 -l INFO -n "jobs@%h" >var/worker.log 2>&1 &
-WORKER=$!
-$PY -m celery -A studio worker -Q episodes -P threads -c "${STUDIO_EPISODE_THREADS:-32}" \
-  -l INFO -n "episodes@%h" >var/worker-episodes.log 2>&1 &
-WORKER="$WORKER $!"
+url = settings.CELERY_BROKER_URL
+write_dev_runtime(
+    str(settings.DATA_DIR),
+    pid=int(os.environ["DEV_PID"]),
+    database_url=settings.DATABASE_URL,
+    broker_url=url,
+    description=settings.BROKER_DESCRIPTION,
+)
+print(f"export DATABASE_URL={shlex.quote(settings.DATABASE_URL)}")
+if url.startswith(("redis://", "rediss://", "unix://")):
+    print(f"export REDIS_URL={shlex.quote(url)}")
+else:
+    print(f"export STUDIO_BROKER={'sqlite' if url.startswith('sqlite:') else 'filesystem'}")
+db = settings.DATABASES["default"]
+print(f"echo {shlex.quote('Database: ' + db['ENGINE'].rsplit('.', 1)[-1] + ' ' + str(db['NAME']))}")
+print(f"echo {shlex.quote('Broker:   ' + settings.BROKER_DESCRIPTION)}")
+PY
+)
+eval "$CHOICE"
+
+SUPERVISORS=""
 SERVER=""
 cleanup() {
   trap - EXIT INT TERM
   echo "Stopping the studio ..."
-  for pid in $SERVER $WORKER; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in $SERVER $SUPERVISORS; do kill -TERM "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  # the record is ours only while it names this script
+  if grep -q "\"pid\": $$," "$RUNTIME" 2>/dev/null; then rm -f "$RUNTIME"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+$PY manage.py migrate --noinput -v 0
+$PY manage.py load_demo
+
+# Run a worker and start it again whenever it exits (killed, out of memory, a crash): one
+# worker's death must never leave jobs waiting for ever. A worker that keeps dying at once
+# (a configuration error) is started again ever less often, up to every 30 s. TERM stops
+# the worker (a warm shutdown: it finishes what it runs) and this loop.
+supervise() {
+  local name=$1 log=$2
+  shift 2
+  local child="" rc=0 started=0 delay=1
+  trap 'if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null; fi; exit 0' TERM
+  while :; do
+    started=$SECONDS
+    "$@" >>"$log" 2>&1 &
+    child=$!
+    rc=0
+    wait "$child" || rc=$?
+    if [ $((SECONDS - started)) -ge 30 ]; then delay=1; fi
+    local line
+    line="dev.sh: the $name worker (pid $child) exited with status $rc at $(date '+%H:%M:%S'); starting it again in ${delay} s"
+    echo "$line" >>"$log"
+    echo "$line (log: $log)" >&2
+    sleep "$delay"
+    delay=$((delay * 2 > 30 ? 30 : delay * 2))
+  done
+}
+
+# One worker for the default and gpu queues (a gpu job without torch fails with a clear error),
+# and one for the steps of episodes played by outside agents: a threads pool, each thread
+# waiting on a model server's answer (STUDIO_EPISODE_THREADS at once).
+supervise jobs "$DATA_DIR/worker.log" \
+  $PY -m celery -A studio worker -Q default,gpu -c 2 -l INFO -n "jobs@%h" &
+SUPERVISORS=$!
+supervise episodes "$DATA_DIR/worker-episodes.log" \
+  $PY -m celery -A studio worker -Q episodes -P threads -c "${STUDIO_EPISODE_THREADS:-32}" \
+  -l INFO -n "episodes@%h" &
+SUPERVISORS="$SUPERVISORS $!"
 
 # The server runs in the background so that Ctrl-C or a TERM to this script stops both
 # processes. It is an ASGI server (uvicorn): the pages, and the episode API's WebSockets.
 $PY -m uvicorn studio.asgi:application --host "${HOST}" --port "${PORT}" --log-level warning &
 SERVER=$!
+IN_DIR=""
+if [ -n "${STUDIO_DATA_DIR:-}" ]; then IN_DIR="STUDIO_DATA_DIR=$STUDIO_DATA_DIR "; fi
 cat <<MSG
 
   AgentWorld Studio is starting at  http://${HOST}:${PORT}/
@@ -70,9 +134,11 @@ cat <<MSG
     admin        what a researcher does, and members, models and API tokens
     researcher   imports, deletes, branches, simulates, builds worlds
     annotator    reads and annotates
-  Worker logs: var/worker.log, var/worker-episodes.log     Stop with Ctrl-C.
-  Shell commands, in another terminal (the same database and broker):
-    DEBUG=1 .venv/bin/python manage.py worlds list --project Demo
+  Worker logs: $DATA_DIR/worker.log, $DATA_DIR/worker-episodes.log (a worker that exits is
+  started again)     Stop with Ctrl-C.
+  Shell commands, in another terminal, use the same database and broker (recorded in
+  $RUNTIME while this runs):
+    ${IN_DIR}DEBUG=1 .venv/bin/python manage.py worlds list --project Demo
 
 MSG
 wait "$SERVER"

@@ -5,15 +5,20 @@ once; see `studio.jobs.episode_steps`).
 
 Every worker sweeps for jobs of dead workers and lost messages on a timer of its own
 (`JobSweeper`): no beat process is needed, and a job is failed even when nobody opens its
-page."""
+page. Every worker also writes its heartbeat row every few seconds (`WorkerHeartbeat`): pages
+say at once when no worker consumes a queue, or when a job's worker went away.
+
+This module imports the job modules, never the other way round: the sweeper is handed the
+app (`studio.jobs.sweeper.sweep(app)`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
 from celery import Celery, bootsteps
-from celery.signals import worker_init, worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 
@@ -53,6 +58,7 @@ class JobSweeper(bootsteps.StartStopStep):
         self.thread: threading.Thread | None = None
 
     def start(self, worker):
+        self.app = worker.app
         self.thread = threading.Thread(target=self.loop, name="job-sweeper", daemon=True)
         self.thread.start()
 
@@ -60,15 +66,112 @@ class JobSweeper(bootsteps.StartStopStep):
         from studio.jobs.runtime import sweep_interval_s
         from studio.jobs.sweeper import sweep
 
-        sweep()
+        sweep(self.app)
         while not self.stopping.wait(sweep_interval_s()):
-            sweep()
+            sweep(self.app)
 
     def stop(self, worker):
         self.stopping.set()
 
 
 app.steps["worker"].add(JobSweeper)
+
+
+class WorkerHeartbeat(bootsteps.StartStopStep):
+    """Writes this worker's row (`studio.models.WorkerHeartbeat`: its name, the queues it
+    consumes, pid, pool) when it starts and every STUDIO_WORKER_GONE_S / 3 seconds, from a
+    daemon thread of the main process (as the sweeper: it beats while a solo pool runs a
+    job), and marks it stopped once a clean shutdown has finished its jobs. Pages and
+    `simulate --wait` read it (`studio.services.workers`): no worker on a queue, or a job's
+    worker gone, shows within seconds."""
+
+    requires = {"celery.worker.components:Pool"}
+
+    def __init__(self, worker, **kwargs):
+        super().__init__(worker, **kwargs)
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self, worker):
+        from django.utils import timezone
+
+        self.name = worker.hostname
+        self.pid = os.getpid()
+        self.started_at = timezone.now()
+        self.worker = worker
+        worker.studio_heartbeat = self  # for `_worker_stopped`
+        self.thread = threading.Thread(target=self.loop, name="worker-heartbeat", daemon=True)
+        self.thread.start()
+
+    def facts(self) -> dict:
+        worker = self.worker
+        try:
+            queues = list(worker.app.amqp.queues.consume_from or worker.app.amqp.queues)
+        except AttributeError:
+            queues = []
+        pool = getattr(worker, "pool_cls", None)
+        return {
+            "queues": queues,
+            "pid": self.pid,
+            "pool": (getattr(pool, "__module__", "") or "").rsplit(".", 1)[-1],
+            "concurrency": int(getattr(worker, "concurrency", 0) or 0),
+            "started_at": self.started_at,
+        }
+
+    def beat(self) -> None:
+        from django.db import connection
+
+        from studio.services.workers import record_beat
+
+        try:
+            record_beat(self.name, **self.facts())
+        except Exception:  # a database that is down: the next beat tries again
+            logging.getLogger(__name__).warning("worker heartbeat failed", exc_info=True)
+        finally:
+            connection.close()  # never leave a connection to the pool processes forked later
+
+    def loop(self):
+        from studio.services.workers import beat_interval_s
+
+        self.beat()
+        while not self.stopping.wait(beat_interval_s()):
+            self.beat()
+
+    def stop(self, worker):
+        """Nothing yet: a warm shutdown stops this step before the pool, which then finishes
+        the jobs it runs; the worker beats on until `worker_shutdown` (below), or a job still
+        finishing would look orphaned."""
+
+    def finish(self) -> None:
+        """The worker is done (its pool stopped): say so in its row."""
+        from django.db import connection
+
+        from studio.services.workers import record_stop
+
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        try:
+            record_stop(self.name, self.pid)
+        except Exception:  # the row goes silent instead: gone within STUDIO_WORKER_GONE_S
+            logging.getLogger(__name__).warning("could not record the worker's stop", exc_info=True)
+        finally:
+            connection.close()
+
+    def terminate(self, worker):
+        self.finish()  # a cold shutdown: the pool's jobs are killed with it
+
+
+app.steps["worker"].add(WorkerHeartbeat)
+
+
+@worker_shutdown.connect
+def _worker_stopped(sender=None, **_kwargs) -> None:
+    step = getattr(sender, "studio_heartbeat", None)
+    if step is not None:
+        step.finish()
 
 
 @worker_init.connect

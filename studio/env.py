@@ -6,7 +6,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -132,15 +132,27 @@ def redis_answers(host: str = "127.0.0.1", port: int = 6379, timeout: float = 0.
         return False
 
 
-def choose_broker(redis_url: str | None, data_dir: str) -> tuple[str, dict, str]:
-    """Pick the Celery broker: REDIS_URL, else a local Redis, else kombu's filesystem transport.
+BROKER_CHOICES = ("auto", "sqlite", "filesystem")
 
-    Returns (broker_url, transport_options, human description). STUDIO_BROKER=filesystem
-    forces the embedded transport even when Redis is around (to try the no-Redis set-up).
+
+def choose_broker(
+    redis_url: str | None, data_dir: str, forced: str | None = None
+) -> tuple[str, dict, str]:
+    """Pick the Celery broker: REDIS_URL, else a local Redis, else the embedded SQLite broker
+    (`studio.jobs.sqlite_broker`, one file in the data dir).
+
+    Returns (broker_url, transport_options, human description). `forced` (default: the
+    environment's STUDIO_BROKER) picks an embedded broker even when Redis is around:
+    `sqlite`, or `filesystem` (kombu's filesystem transport, kept for comparison: under load
+    a worker can read a half-written message file and die, celery/kombu#1551).
     """
-    forced = (os.environ.get("STUDIO_BROKER") or "auto").strip().lower()
-    if forced not in {"auto", "filesystem"}:
-        raise ConfigError(f"STUDIO_BROKER={forced!r} must be auto or filesystem")
+    if forced is None:
+        forced = os.environ.get("STUDIO_BROKER") or "auto"
+    forced = forced.strip().lower() or "auto"
+    if forced not in BROKER_CHOICES:
+        raise ConfigError(f"STUDIO_BROKER={forced!r} must be one of {', '.join(BROKER_CHOICES)}")
+    if forced == "sqlite":
+        return sqlite_broker(data_dir, "STUDIO_BROKER=sqlite")
     if forced == "filesystem":
         return _filesystem_broker(data_dir, "STUDIO_BROKER=filesystem")
     if redis_url:
@@ -151,7 +163,21 @@ def choose_broker(redis_url: str | None, data_dir: str) -> tuple[str, dict, str]
         return redis_url, {}, f"Redis at {redis_url} (REDIS_URL)"
     if redis_answers():
         return "redis://127.0.0.1:6379/0", {}, "local Redis at 127.0.0.1:6379 (answered a PING)"
-    return _filesystem_broker(data_dir, "no Redis found")
+    return sqlite_broker(data_dir, "no Redis found")
+
+
+# The transport class behind a `sqlite://` broker URL (settings.CELERY_BROKER_TRANSPORT).
+SQLITE_TRANSPORT = "studio.jobs.sqlite_broker:Transport"
+
+
+def sqlite_broker(data_dir: str, why: str) -> tuple[str, dict, str]:
+    path = os.path.join(os.path.abspath(data_dir), "broker.sqlite3")
+    options = {
+        # How often an idle worker looks for a message (kombu's default is 1 s).
+        "polling_interval": 0.1,
+        "busy_timeout_s": 30,
+    }
+    return f"sqlite:///{path}", options, f"embedded SQLite broker in {path} ({why})"
 
 
 def _filesystem_broker(data_dir: str, why: str) -> tuple[str, dict, str]:
@@ -169,3 +195,97 @@ def _filesystem_broker(data_dir: str, why: str) -> tuple[str, dict, str]:
         "control_folder": os.path.join(folder, "control"),
     }
     return "filesystem://", options, f"embedded filesystem transport in {folder} ({why})"
+
+
+# ---- what scripts/dev.sh chose, for a shell in another terminal ----------------------------
+
+DEV_RUNTIME_FILE = "dev-runtime.json"
+# Any of these in the environment: it says what to use, never the file.
+DEV_RUNTIME_OVERRIDDEN_BY = ("DATABASE_URL", "REDIS_URL", "STUDIO_BROKER")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def read_dev_runtime(
+    data_dir: str,
+    environ: Mapping[str, str] | None = None,
+    settings_module: str | None = None,
+) -> dict | None:
+    """The database and broker that a running `scripts/dev.sh` chose for `data_dir`, recorded
+    in `data_dir/dev-runtime.json`, so that `manage.py` or a worker in another terminal uses
+    them (dev.sh may have been told STUDIO_BROKER=sqlite, or Redis may have come or gone
+    since). None, and nothing is read from the file, when:
+    - the environment names a database or broker itself (DATABASE_URL, REDIS_URL,
+      STUDIO_BROKER: tests and CI always do), or the settings are not the studio's own
+      (the test settings never follow a developer's server);
+    - the file records another data dir (a copied var/), or a dev.sh that no longer runs
+      (its file outlived it: killed with SIGKILL, the machine restarted)."""
+    import json
+
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    if any(env.get(name) for name in DEV_RUNTIME_OVERRIDDEN_BY):
+        return None
+    if settings_module is None:
+        settings_module = env.get("DJANGO_SETTINGS_MODULE", "studio.settings")
+    if settings_module != "studio.settings":
+        return None
+    path = os.path.join(data_dir, DEV_RUNTIME_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            recorded = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    same_dir = os.path.realpath(str(recorded.get("data_dir", ""))) == os.path.realpath(data_dir)
+    pid = recorded.get("pid")
+    if not same_dir or not isinstance(pid, int) or not _pid_alive(pid):
+        return None
+    if recorded.get("broker") not in BROKER_CHOICES[1:] + ("redis",):
+        return None
+    if recorded.get("broker") == "redis" and not str(recorded.get("redis_url", "")):
+        return None
+    return recorded
+
+
+def write_dev_runtime(
+    data_dir: str, *, pid: int, database_url: str, broker_url: str, description: str
+) -> str:
+    """Record what dev.sh (process `pid`) chose (see `read_dev_runtime`); returns the path.
+    Written whole or not at all: a reader never sees half a file."""
+    import json
+    import time
+
+    if broker_url.startswith(("redis://", "rediss://", "unix://")):
+        broker, redis_url = "redis", broker_url
+    elif broker_url.startswith("sqlite:"):
+        broker, redis_url = "sqlite", ""
+    else:
+        broker, redis_url = "filesystem", ""
+    record = {
+        "data_dir": os.path.realpath(data_dir),
+        "pid": pid,
+        "database_url": database_url,
+        "broker": broker,
+        "redis_url": redis_url,
+        "broker_description": description,
+        "written_at": time.time(),
+    }
+    path = os.path.join(data_dir, DEV_RUNTIME_FILE)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    # it may hold a database password: readable by its owner only
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2)
+    os.replace(tmp, path)
+    return path

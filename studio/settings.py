@@ -15,6 +15,7 @@ from inference.simulation.limits import (
     OFFLINE_BACKEND,
 )
 from studio.env import (
+    SQLITE_TRANSPORT,
     ConfigError,
     choose_broker,
     env_bool,
@@ -23,6 +24,7 @@ from studio.env import (
     env_list,
     env_str,
     parse_database_url,
+    read_dev_runtime,
 )
 from studio.importers import limits as import_limits
 
@@ -115,11 +117,15 @@ TEMPLATES = [
     }
 ]
 
-DATABASES = {
-    "default": parse_database_url(
-        env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'studio.sqlite3'}") or ""
-    )
-}
+# What a running scripts/dev.sh chose for this data dir (its database and broker), for a
+# shell or worker in another terminal; None whenever the environment says (studio.env).
+DEV_RUNTIME = read_dev_runtime(str(DATA_DIR))
+DATABASE_URL = (
+    env_str("DATABASE_URL")
+    or (DEV_RUNTIME or {}).get("database_url")
+    or f"sqlite:///{DATA_DIR / 'studio.sqlite3'}"
+)
+DATABASES = {"default": parse_database_url(DATABASE_URL)}
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # WAL and a busy timeout let the web process and workers share one SQLite file;
     # a file-backed test database lets a real worker process see what tests write.
@@ -273,9 +279,23 @@ CONTENT_SECURITY_POLICY = {
 
 # ---- Celery -----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL") or None
+if DEV_RUNTIME is not None and DEV_RUNTIME["broker"] == "redis":
+    REDIS_URL = DEV_RUNTIME["redis_url"]
 CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS, BROKER_DESCRIPTION = choose_broker(
-    REDIS_URL, str(DATA_DIR)
+    REDIS_URL,
+    str(DATA_DIR),
+    forced=None
+    if DEV_RUNTIME is None or DEV_RUNTIME["broker"] == "redis"
+    else DEV_RUNTIME["broker"],
 )
+if DEV_RUNTIME is not None:
+    BROKER_DESCRIPTION = (
+        f"{DEV_RUNTIME.get('broker_description') or BROKER_DESCRIPTION}, as scripts/dev.sh "
+        f"(pid {DEV_RUNTIME['pid']}) chose it ({DATA_DIR / 'dev-runtime.json'})"
+    )
+if CELERY_BROKER_URL.startswith("sqlite:"):
+    # The embedded broker: kombu's SQLAlchemy transport, tuned (studio.jobs.sqlite_broker).
+    CELERY_BROKER_TRANSPORT = SQLITE_TRANSPORT
 # The longest job we allow; the broker must not redeliver a job that is still running.
 STUDIO_JOB_HARD_LIMIT_S = env_int("STUDIO_JOB_HARD_LIMIT_S", 3600, minimum=6)
 # The soft limit lets a job stop itself and say why before the hard kill.
@@ -285,6 +305,13 @@ STUDIO_JOB_SOFT_LIMIT_S = max(STUDIO_JOB_HARD_LIMIT_S // 2, STUDIO_JOB_HARD_LIMI
 STUDIO_JOB_STALE_S = env_int("STUDIO_JOB_STALE_S", 120, minimum=2)
 if CELERY_BROKER_URL.startswith(("redis", "unix")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": STUDIO_JOB_HARD_LIMIT_S + 600}
+elif CELERY_BROKER_URL.startswith("sqlite:"):
+    # No visibility timeout there (a delivered message is never delivered again while its
+    # job runs); what a killed worker had taken is dropped after the longest a job may run.
+    CELERY_BROKER_TRANSPORT_OPTIONS["orphaned_after_s"] = STUDIO_JOB_HARD_LIMIT_S + 600
+# Workers write their heartbeat row every third of this; a worker silent this long is gone
+# (the job pages and `simulate --wait` say so, `studio.services.workers`).
+STUDIO_WORKER_GONE_S = env_int("STUDIO_WORKER_GONE_S", 15, minimum=2)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

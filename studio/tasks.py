@@ -22,7 +22,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+# the names a job body sends its next message by (it never imports this module)
+from studio.jobs.dispatch import EVALUATION_TASK, JUDGE_TASK
 from studio.models import (
+    ArenaRun,
     EvaluationRun,
     ExportJob,
     ImportJob,
@@ -49,9 +52,8 @@ JOB_TASK_OPTIONS = {
 SIMULATION_TASK = "studio.run_simulation_job"
 EPISODE_STEP_TASK = "studio.run_episode_step"
 IMPORT_TASK = "studio.run_import_job"
-EVALUATION_TASK = "studio.run_evaluation"
-JUDGE_TASK = "studio.run_judge_job"
 EXPORT_TASK = "studio.run_export_job"
+ARENA_TASK = "studio.advance_arena"
 PROBE_TASK = "studio.probe_endpoint"
 
 
@@ -61,9 +63,14 @@ def run_simulation_job(self, job_id: int) -> None:
     from studio.jobs.simulation import run_simulation_job as body
 
     drop_failed_connection()
+    if SimulationJob.objects.filter(pk=job_id, appends=True).exists():
+        # a step that appends to its branch (an episode's, the playground's) sent as a
+        # simulation's message (before the episodes queue existed): the episode's path
+        from studio.jobs.episode_steps import run_episode_step as body  # type: ignore[assignment]
     try:
         body(job_id, self.request.id or "")
     finally:
+        poke_arena_of(SimulationJob, job_id)
         release_memory()
 
 
@@ -120,7 +127,33 @@ def run_judge_job(self, job_id: int) -> None:
     try:
         body(job_id, self.request.id or "")
     finally:
+        poke_arena_of(JudgeJob, job_id)
         release_memory()
+
+
+@shared_task(name=ARENA_TASK, **JOB_TASK_OPTIONS)
+def advance_arena(self, arena_id: int) -> None:
+    """One look at an arena: start its next phase when the last one is over, or check again
+    in a few seconds (a new message with a countdown, never a worker waiting)."""
+    from studio.jobs.arena import advance_arena as body
+    from studio.jobs.runtime import drop_failed_connection
+
+    drop_failed_connection()
+    try:
+        body(arena_id, self.request.id or "")
+    finally:
+        release_memory()
+
+
+def poke_arena_of(model: type[SimulationJob] | type[JudgeJob], job_id: int) -> None:
+    """A simulation or judge job of an arena ended (or gave up): the arena looks at once
+    instead of at its next check. Never raises: the job's own end is what matters."""
+    try:
+        arena_id = model.objects.filter(pk=job_id).values_list("arena_id", flat=True).first()
+        if arena_id is not None:
+            _send(ArenaRun, arena_id, None)
+    except Exception:  # the arena's timer looks anyway
+        log.exception("could not tell arena of %s %s", model.__name__, job_id)
 
 
 @shared_task(name=EXPORT_TASK, **JOB_TASK_OPTIONS)
@@ -164,9 +197,10 @@ def release_memory() -> None:
 # ---- enqueueing ---------------------------------------------------------------------------
 
 
-def _send(model: JobModel, pk: int, previous: str | None) -> bool:
+def _send(model: JobModel, pk: int, previous: str | None, countdown: float | None = None) -> bool:
     """Record a new message id on the row, then send the message. `previous`: only if the
-    row still names that message (another sweeper may have re-sent it meanwhile)."""
+    row still names that message (another sweeper may have re-sent it meanwhile).
+    `countdown`: the message runs that many seconds from now (an arena's next check)."""
     message_id = uuid.uuid4().hex
     rows = model.objects.filter(pk=pk, status=JobStatus.QUEUED)
     if previous is not None:
@@ -186,10 +220,12 @@ def _send(model: JobModel, pk: int, previous: str | None) -> bool:
         task, queue = run_judge_job, JudgeJob.objects.values_list("queue", flat=True).get(pk=pk)
     elif model is ExportJob:
         task, queue = run_export_job, ExportJob.objects.values_list("queue", flat=True).get(pk=pk)
+    elif model is ArenaRun:
+        task, queue = advance_arena, ArenaRun.objects.values_list("queue", flat=True).get(pk=pk)
     else:
         task, queue = run_import_job, queue_name("default")
     try:
-        task.apply_async(args=[pk], queue=queue, task_id=message_id)
+        task.apply_async(args=[pk], queue=queue, task_id=message_id, countdown=countdown)
     except Exception:  # the broker is down: the sweeper sends it again once it is back
         log.exception("could not send the message of %s %s", model.__name__, pk)
         return False
@@ -221,6 +257,20 @@ def enqueue_evaluation(run: EvaluationRun) -> None:
 
 def enqueue_judging(job: JudgeJob) -> None:
     transaction.on_commit(lambda: _send(JudgeJob, job.pk, None))
+
+
+def enqueue_arena(arena: ArenaRun) -> None:
+    """A new arena: its simulations, and its first look (which finds them running and
+    looks again later), once the transaction that made them commits."""
+    for job in SimulationJob.objects.filter(arena=arena, status=JobStatus.QUEUED):
+        enqueue_simulation(job)
+    transaction.on_commit(lambda: _send(ArenaRun, arena.pk, None))
+
+
+def recheck_arena(arena_id: int, previous: str, countdown: float) -> bool:
+    """The arena's next look in `countdown` s, by the message that looked now (`previous`):
+    only one chain of checks runs, the one the row names."""
+    return _send(ArenaRun, arena_id, previous, countdown=countdown)
 
 
 def enqueue_export(job: ExportJob) -> None:

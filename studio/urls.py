@@ -32,5 +32,6 @@ urlpatterns = [
     path("", include("studio.views.adjudication")),
     path("", include("studio.views.labels")),
     path("", include("studio.views.judging")),
+    path("", include("studio.views.arena")),
     path("", include("studio.views.datasets")),
 ]

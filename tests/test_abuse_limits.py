@@ -522,6 +522,17 @@ def test_resuming_a_stopped_run_counts_too_and_changes_nothing_when_refused(
 WORLD = {"name": "Shell", "domain": "terminal", "description": "A box.", "files": {"/a": "1"}}
 
 
+def _episode_world_model(project) -> None:
+    """A world model that reads a world's prompt (an episode is never answered by the
+    baseline); nothing is served behind it: these steps are not run."""
+    from studio.services.endpoints import EndpointData, save_endpoint
+
+    data = EndpointData(
+        name="reader", role="world", kind="openai", base_url="http://127.0.0.1:9/v1", model="m"
+    )
+    save_endpoint(project, data)
+
+
 @pytest.mark.django_db
 def test_episode_steps_have_a_limit_of_their_own(project, settings):
     from inference.worlds import parse_world
@@ -531,6 +542,7 @@ def test_episode_steps_have_a_limit_of_their_own(project, settings):
     settings.STUDIO_MAX_ACTIVE_JOBS = 1
     settings.STUDIO_MAX_ACTIVE_EPISODE_STEPS = 2
     world = save_world(project, parse_world(WORLD)).world
+    _episode_world_model(project)
     token, _ = create_token(project, "agent")
     plays = [episodes.reset(token, world, task="look", max_steps=5)[0] for _ in range(3)]
     for trajectory in plays[:2]:
@@ -566,6 +578,7 @@ def test_the_episode_api_answers_429_when_its_steps_are_busy(project, settings):
 
     settings.STUDIO_MAX_ACTIVE_EPISODE_STEPS = 1
     world = save_world(project, parse_world(WORLD)).world
+    _episode_world_model(project)
     token, text = create_token(project, "agent")
     first = episodes.reset(token, world, task="look", max_steps=5)[0]
     episodes.start_step(token, first.pk, {"action": "ls"})  # waiting (no worker here)

@@ -1,7 +1,8 @@
 """Worlds and the playground in headless Chromium through a real worker: build a world with a
 tool schema and a file, watch the prompt preview change as you type, attach the world to a
 fork and run N=3 with a deterministic perturbation, then play three steps in a new
-trajectory in the world, one of them perturbed."""
+trajectory in the world, one of them perturbed; play five steps with a chosen model and find
+them on one branch, the model kept, the trajectory opening on that branch."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from studio.models import Branch, JobStatus, Perturbation, SimulationJob, World
 from studio.services.endpoints import EndpointData, make_default, save_endpoint
 from tests.support.branching import make_trajectory
-from tests.support.browser import shot
+from tests.support.browser import shot, step_indices
 from tests.support.fake_openai import fake_openai_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -121,5 +122,64 @@ def build_fork_and_play(page, live_server, login, project):
     shot(page, "playground")
     newest = Branch.objects.get(pk=int(re.search(r"/branches/(\d+)/play/", page.url).group(1)))
     assert newest.all_steps().count() == 3
-    # every step landed in the tree: three one-step branches in a chain
-    assert Branch.objects.filter(trajectory=newest.trajectory).count() == 4
+    # the three steps are on one played branch (not a chain of one-step branches)
+    assert Branch.objects.filter(trajectory=newest.trajectory).count() == 2
+    assert newest.steps.count() == 3 and newest.origin == "played"
+
+
+WORLD_FILE = {
+    "name": "Flight desk",
+    "domain": "mcp",
+    "description": "An airline's booking service.",
+    "tools": [{"type": "function", "function": {"name": "search_flights", "description": "Find",
+               "parameters": {"type": "object", "properties": {"to": {"type": "string"}}}}}],
+}  # fmt: skip
+
+
+def flight_answer(request: dict, index: int) -> str:
+    return f'<predicted_observation>{{"flights": [{{"id": "LH{index}"}}]}}</predicted_observation>'
+
+
+def test_five_played_steps_with_a_chosen_model_stay_on_one_branch(
+    page, live_server, login, project, default_worker
+):
+    """The issue's report, as a researcher plays: the model reset to the baseline at every
+    step, the steps sat on a chain of branches and the trajectory opened on its empty root."""
+    from inference.worlds import parse_world
+    from studio.services.worlds import save_world, start_trajectory
+
+    with fake_openai_server(flight_answer) as srv:
+        for name in ("Default model", "Chosen model"):
+            save_endpoint(project, EndpointData(name=name, role="world", kind="openai",
+                                                base_url=srv.base_url, model=name))  # fmt: skip
+        make_default(project.endpoints.get(name="Default model"))
+        chosen = project.endpoints.get(name="Chosen model")
+        version = save_world(project, parse_world(WORLD_FILE)).version
+        trajectory = start_trajectory(version, "Book the cheapest flight to Oslo.")
+        login(page, "researcher")
+        page.goto(f"{live_server.url}/branches/{trajectory.root_branch.pk}/play/")
+        assert "in the world Flight desk (version 1)" in page.inner_text("#play-where")
+        page.select_option("[name=world_endpoint]", label="Chosen model")
+        for k in range(5):
+            # the model picked at the first step is still picked: nothing to choose again
+            assert page.locator("[name=world_endpoint] option:checked").inner_text() == (
+                "Chosen model"
+            ), k
+            page.fill("textarea[name=action]",
+                      json.dumps({"name": "search_flights", "arguments": {"to": f"OSL{k}"}}))  # fmt: skip
+            page.click("#play-submit")
+            page.wait_for_selector(f"#play-step-{k}", timeout=60_000)
+        shot(page, "playground-five-steps")
+        assert page.locator(".play-step .prov-typed").count() == 5  # typed by a person
+        played = Branch.objects.get(trajectory=trajectory, origin="played")
+        assert page.url.endswith(f"/branches/{played.pk}/play/")
+        jobs = SimulationJob.objects.filter(trajectory=trajectory).order_by("pk")
+        assert [j.world_endpoint_id for j in jobs] == [chosen.pk] * 5
+        assert [j.status for j in jobs] == [JobStatus.SUCCEEDED] * 5
+    assert played.steps.count() == 5  # all five on the one played branch
+    assert Branch.objects.filter(trajectory=trajectory).count() == 2  # and the empty root
+    # the trajectory opens on the branch that was played
+    page.goto(f"{live_server.url}/trajectories/{trajectory.pk}/")
+    assert step_indices(page) == [0, 1, 2, 3, 4]
+    assert played.name in page.inner_text("main")
+    shot(page, "trajectory-opens-on-played")

@@ -27,7 +27,8 @@ def test_identical_steps_fold_and_only_equal_lengths_are_read(project):
     b = make_child(root, 10, [f"out {i}" if i != 30 else "longer 30" for i in range(10, 60)])
     cmp = start_comparison(t, [a, b], diff="meaning")
     assert cmp.shared_until == 10 and cmp.last == 59
-    same, read = compare._identical_indexes(cmp, 10, 59)
+    same, empty, read = compare._identical_indexes(cmp, 10, 59)
+    assert empty == set()
     assert same == set(range(10, 60)) - {20, 30}
     # both copies of each step whose lengths agree (action and observation); not step 30
     assert read == sum(2 * (len(f"cmd {i}") + len(f"out {i}")) for i in range(10, 60) if i != 30)
@@ -40,6 +41,7 @@ def test_identical_steps_fold_and_only_equal_lengths_are_read(project):
     inherited = start_comparison(t, [a, c], diff="meaning")
     assert compare._identical_indexes(start_comparison(t, [c, d], diff="meaning"), 0, 39) == (
         set(range(40)),
+        set(),
         0,
     )
     assert _layout(scan_window(inherited, 10))[:3] == [(10, 19), 20, (21, 39)]
@@ -85,3 +87,34 @@ def test_rows_stop_at_the_window_limit_and_past_the_bytes_to_diff(project):
     assert _layout(tight) == [5] and tight.next_start == 6 and tight.open_run is None
     cell = rows[0].cells[1]
     assert cell.reference == "recorded" and not cell.same and cell.ratio is not None
+
+
+def test_steps_no_selected_branch_has_are_no_rows(project, researcher_client):
+    """A gap in every compared branch (steps 4-5 here) is no row at all, neither a row of
+    empty cells nor part of a run of identical steps; a step only one branch lacks is a row
+    whose cell for it is empty, with no filler text."""
+    from django.urls import reverse
+
+    from studio.models import Step
+
+    t, root = make_trajectory(project, key="gaps")  # recorded: steps 0-4
+    a = make_child(root, 2, ["a2", "same 3"], name="A")
+    b = make_child(root, 2, ["b2", "same 3"], name="B")
+    for branch, text in ((a, "a6"), (b, "b6")):
+        Step.objects.create(branch=branch, index=6, action="act6", observation=text)
+    Step.objects.create(branch=a, index=7, action="act7", observation="only A")
+    cmp = start_comparison(t, [a, b], diff="meaning")
+    window = scan_window(cmp, cmp.shared_until)
+    assert _layout(window) == [2, (3, 3), 6, 7]
+    assert window.items[-1].cells[1].step is None  # B has no step 7: an empty cell
+    # a window over the gap alone (an opened run ending there) builds nothing and ends
+    gap = compare.run_window(cmp, 4, 5)
+    assert gap.items == [] and gap.next_start is None
+    assert compare.compare_row(cmp, 5) is None
+    html = researcher_client.get(
+        reverse("branch_compare", args=[t.pk]) + f"?b={a.pk}&b={b.pk}"
+    ).content.decode()
+    assert 'id="compare-step-6"' in html and 'id="compare-step-4"' not in html
+    assert 'id="compare-step-5"' not in html and "no step" not in html
+    row7 = html.split('id="compare-step-7"')[1].split("</tr>")[0]
+    assert row7.count('class="compare-cell') == 2 and "compare-cell no-step" in row7

@@ -88,6 +88,42 @@ def test_a_text_replaced_as_a_whole_is_one_replacement():
     ]
 
 
+def test_word_diffs_of_multi_line_texts_keep_their_lines():
+    """A word diff shows lines as lines: a changed line is diffed word by word in place, lines
+    replaced by more or fewer lines are whole lines removed then added, and lines removed then
+    added never run on into each other, whatever the diff (words, lines, meaning)."""
+    from studio.services.diffs import line_pieces, word_pieces
+
+    recorded = "total 8\ndrwx 2 root root .\n-rw 1 root root notes.txt\nend"
+    simulated = "total 12\ndrwx 2 root root .\n-rw 1 root root todo.md\n-rw 1 a b c.txt\nend"
+    pieces = word_pieces(recorded, simulated)
+    assert "".join(t for op, t in pieces if op != "delete") == simulated
+    assert "".join(t for op, t in pieces if op != "insert") == recorded
+    # no changed piece holds part of a line and part of another
+    for op, text in pieces:
+        if op != "equal" and "\n" in text.rstrip("\n"):
+            assert text.endswith("\n"), (op, text)
+    assert pieces[:3] == [("equal", "total "), ("delete", "8"), ("insert", "12")]
+    assert ("delete", "-rw 1 root root notes.txt\n") in pieces  # 1 line became 2: whole lines
+    assert ("insert", "-rw 1 root root todo.md\n-rw 1 a b c.txt\n") in pieces
+    html = str(diff_html(pieces))
+    lines = html.split("\n")
+    assert lines[0] == "total <del>8</del><ins>12</ins>"
+    assert lines[1] == "drwx 2 root root ."
+    assert html.endswith("c.txt\n</ins>end")  # the last line is a line of its own
+    # the last line replaced whole (no line end of its own): the added lines start a line
+    whole = meaning_diff("alpha beta\ngamma", "one two\nthree four")
+    assert str(meaning_html(whole)) == (
+        '<pre class="diff"><del>alpha beta\ngamma</del>\n<ins>one two\nthree four</ins></pre>'
+    )
+    raw = line_pieces("a\nb", "a\nc\nd")
+    assert str(diff_html(raw)) == "a\n<del>b</del>\n<ins>c\nd</ins>"
+    assert "b</del>\n<ins>" in str(diff_excerpt_html(raw + [("equal", "x" * 500)], 10, 5))
+    # one line stays inline
+    one = str(diff_html(word_pieces("3 passed", "3 failed")))
+    assert one == "3 <del>passed</del><ins>failed</ins>"
+
+
 def test_long_repetitive_texts_diff_exactly_and_at_once():
     """Log lines repeated a thousand times with every other one changed: difflib's matcher
     took about 40 s on this; the LCS alignment is exact and immediate."""

@@ -27,12 +27,19 @@ WORLD = {"name": "Shell", "domain": "terminal", "description": "A box.", "files"
 
 
 def _episode(project, base_url: str | None = None):
-    if base_url is not None:
-        endpoint = save_endpoint(
-            project,
-            EndpointData(name="fake", role="world", kind="openai", base_url=base_url, model="m"),
-        ).endpoint
-        make_default(endpoint)
+    # an episode plays in its world, so never on the baseline: a world model that reads the
+    # world's prompt (no server behind it unless given: these steps are not run)
+    endpoint = save_endpoint(
+        project,
+        EndpointData(
+            name="fake",
+            role="world",
+            kind="openai",
+            base_url=base_url or "http://127.0.0.1:9/v1",
+            model="m",
+        ),
+    ).endpoint
+    make_default(endpoint)
     world = save_world(project, parse_world(WORLD)).world
     token, _ = create_token(project, "agent")
     trajectory, _ = episodes.reset(token, world, task="look", max_steps=5)
@@ -201,15 +208,37 @@ def test_an_answered_step_records_its_world_and_answers_the_waiting_agent(projec
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_deleted_world_lets_the_episode_go_on_without_claiming_it(project):
+def test_a_deleted_world_ends_the_episode_saying_so(project):
+    """The episode never goes on without its world (its model would lack the world's
+    prompt): the agent is told the version was deleted, even with the version cached."""
     with fake_openai_server() as srv:
         token, world, trajectory = _episode(project, srv.base_url)
         first = episodes.start_step(token, trajectory.pk, {"action": "ls"})  # caches the version
         assert first.world_version_id is not None
         SimulationJob.objects.filter(pk=first.pk).update(status=JobStatus.FAILED)
         world.delete()
-        second = episodes.start_step(token, trajectory.pk, {"action": "ls"})
-    assert second.world_version_id is None and "world" not in second.params
+        with pytest.raises(episodes.EpisodeError, match="of world 'Shell'.*was deleted"):
+            episodes.start_step(token, trajectory.pk, {"action": "ls"})
+    assert SimulationJob.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_an_episode_is_never_answered_by_the_baseline(project):
+    """A world's episode skips the baseline even when it is the project's default, and
+    says what to add when it is the only world model."""
+    from studio.models import ModelEndpoint
+
+    token, _, trajectory = _episode(project)
+    baseline = save_endpoint(
+        project, EndpointData(name="baseline", role="world", kind="retrieval")
+    ).endpoint
+    make_default(baseline)
+    job = episodes.start_step(token, trajectory.pk, {"action": "ls"})
+    assert job.backend == "openai" and job.world_version_id is not None
+    SimulationJob.objects.filter(pk=job.pk).update(status=JobStatus.FAILED)
+    ModelEndpoint.objects.filter(project=project).exclude(pk=baseline.pk).delete()
+    with pytest.raises(episodes.EpisodeError, match="no world model that reads a world's prompt"):
+        episodes.start_step(token, trajectory.pk, {"action": "ls"})
 
 
 @pytest.mark.django_db

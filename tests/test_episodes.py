@@ -18,6 +18,7 @@ from studio.models import ApiToken, SimulationJob, Trajectory
 from studio.services.tokens import authenticate, create_token
 from studio.services.worlds import save_world
 from tests.support.asgi import asgi_server
+from tests.support.fake_openai import fake_openai_server
 from tests.support.jobs import make_trajectory
 
 WORLD = {
@@ -83,12 +84,25 @@ def test_api_token_command_creates_lists_and_revokes(project):
 # ---- the episode API --------------------------------------------------------------------------
 
 
+def _world_model(project, srv) -> None:
+    """The project's default world model: an episode plays in its world, never on the
+    retrieval baseline (which reads no world's prompt)."""
+    from studio.services.endpoints import EndpointData, make_default, save_endpoint
+
+    endpoint = save_endpoint(
+        project,
+        EndpointData(name="fake", role="world", kind="openai", base_url=srv.base_url, model="m"),
+    ).endpoint
+    make_default(endpoint)
+
+
 @pytest.fixture
 def served(project):
-    make_trajectory(project)  # recorded terminal steps: what the retrieval baseline answers from
+    make_trajectory(project)  # recorded terminal steps (which an episode never answers from)
     saved = save_world(project, parse_world(WORLD))
     _, token = create_token(project, "agent")
-    with asgi_server() as base:
+    with fake_openai_server() as srv, asgi_server() as base:
+        _world_model(project, srv)
         yield base, token, saved.world
 
 
@@ -109,8 +123,9 @@ def test_plain_http_episode_is_recorded_live(served, episode_worker, client, pro
                                                  "action": {"action": "cat /srv/notes.txt"}})  # fmt: skip
     assert status == 200, first
     assert first["observation"]["step"] == 0 and first["done"] is False
-    # the project's default is the baseline, and the agent is told it is not the world
-    assert first["observation"]["baseline"].startswith("retrieval (non-neural)")
+    # the world model read the world (the baseline, which does not, never answers here)
+    assert "baseline" not in first["observation"]
+    assert first["observation"]["text"].startswith("ok ")
     trajectory.refresh_from_db()
     assert trajectory.step_count == 1  # recorded as it happened
     (step,) = trajectory.root_branch.steps.all()
@@ -251,7 +266,9 @@ def test_the_mcp_client_sdk_lists_and_calls_a_worlds_tools(project, episode_work
     make_mcp(project, domain="mcp", steps=[('{"name": "get_weather"}', '{"temp_c": 9}')] * 2)
     world = save_world(project, parse_world(WEATHER_WORLD)).world
     _, token = create_token(project, "mcp-agent")
-    with asgi_server() as base:
+    answer = "<predicted_observation>" + '{"temp_c": 9}' + "</predicted_observation>"
+    with fake_openai_server(lambda request, index: answer) as srv, asgi_server() as base:
+        _world_model(project, srv)
         url = f"{base}/mcp/t/{token}/worlds/{world.pk}/"
 
         async def play():

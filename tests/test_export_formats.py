@@ -23,6 +23,7 @@ from studio.exports.formats import (
     row_for,
 )
 from studio.importers.base import tool_call_action
+from studio.services.model_identity import world_model_dict
 
 WM = ExportOptions()
 AGENT = ExportOptions(turns="agent")
@@ -471,6 +472,9 @@ def test_ms_swift_agent_turns_use_tool_call_and_tool_response():
 def test_turn_rows_carry_meta():
     example = mcp_examples()[1]
     expected_meta = {"trajectory": 8, "branch": 80, "step": 1, "domain": "mcp", "corrected": True}
+    # a turn no model wrote (these are recorded) says so, with the keys of a model's
+    expected_meta["world_model"] = world_model_dict(None)
+    assert expected_meta["world_model"]["label"] == "recorded"
     wm = row_for("wm-turns", example, WM)
     assert list(wm) == ["prompt", "completion", "meta"]
     assert wm["meta"] == expected_meta

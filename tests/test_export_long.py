@@ -64,7 +64,7 @@ def count_rows(chunks) -> tuple[int, bytes]:
     lines, tail = 0, b""
     for chunk in chunks:
         lines += chunk.count(b"\n")
-        tail = (tail + chunk)[-200:]
+        tail = (tail + chunk)[-500:]
     return lines, tail
 
 
@@ -76,15 +76,17 @@ def test_a_long_trajectory_downloads_whole(client, project, long_version):
     )
     lines, last = count_rows(response.streaming_content)
     assert lines == LONG
-    assert last.endswith(
+    # the last row's meta names where it came from and that no model wrote it (recorded)
+    assert (
         b'"meta":{"trajectory":%d,"branch":%d,"step":%d,"domain":"terminal",'
-        b'"corrected":false}}\n'
+        b'"corrected":false,"world_model":{"label":"recorded",'
         % (
             long_version.dataset.project.trajectories.get().pk,
             long_version.items.first().step.branch_id,
             LONG - 1,
         )
-    )
+    ) in last
+    assert last.endswith(b'"mode":null,"agent":null}}}\n')
 
 
 @pytest.mark.django_db

@@ -228,10 +228,15 @@ def test_cancel_stops_a_running_job(project, openai_worker):
             model="m",
         )
 
-        # live progress of each future shows on the job row while they decode
+        # live progress of each future shows on the job row while they decode; its speed
+        # once enough has been decoded to measure it (`inference.simulation.rates`)
         def streaming():
             live = SimulationJob.objects.get(pk=job.pk).live or {}
-            return [p for p in live.values() if "tick" in p.get("text", "")]
+            return [
+                p
+                for p in live.values()
+                if "tick" in p.get("text", "") and p.get("tokens_per_s") is not None
+            ]
 
         progress = wait_for(streaming, timeout=60)[0]
         assert progress["phase"] == "decoding" and "tick" in progress["text"]

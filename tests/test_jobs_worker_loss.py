@@ -157,3 +157,86 @@ def test_a_lost_message_is_sent_again_and_a_waiting_one_is_not(project, settings
     from studio.services.simulation import cancel_simulation
 
     cancel_simulation(waiting)
+
+
+# ---- the workers' heartbeat rows (studio.services.workers) ---------------------------------
+
+
+def test_a_worker_writes_its_heartbeat_row_and_says_when_it_stops(project):
+    from studio.models import WorkerHeartbeat
+    from studio.queues import queue_name
+    from studio.services.workers import queue_consumers
+
+    with running_worker(("default",)) as proc:
+        row = wait_for(lambda: WorkerHeartbeat.objects.filter(pid=proc.pid).first(), timeout=30)
+        assert row.name.startswith("test-") and row.queues == [queue_name("default")]
+        assert row.pool == "prefork" and row.concurrency == 1 and row.stopped_at is None
+        assert [w.name for w in queue_consumers(queue_name("default"))] == [row.name]
+        first_seen = row.seen_at
+        # it beats on (every STUDIO_WORKER_GONE_S / 3 s)
+        wait_for(lambda: WorkerHeartbeat.objects.get(pk=row.pk).seen_at > first_seen, timeout=15)
+        os.kill(proc.pid, signal.SIGTERM)  # a clean (warm) shutdown
+        proc.wait(timeout=60)
+    row.refresh_from_db()
+    assert row.stopped_at is not None
+    assert queue_consumers(queue_name("default")) == []
+
+
+def test_the_page_of_a_killed_workers_job_says_so_within_15_s(project, researcher_client):
+    """The default liveness windows (STUDIO_WORKER_GONE_S=15, STUDIO_JOB_STALE_S=120): the
+    page says that the worker stopped answering long before the sweeper's 90 s rule, and
+    Cancel then ends the job as cancelled at once."""
+    import time
+
+    from django.urls import reverse
+
+    with fake_openai_server(lambda b, i: ANSWER, hold_after_chunks=10) as srv:
+        with running_worker(("default",)) as proc:
+            job = start_held_job(project, srv.base_url)
+            assert SimulationJob.objects.get(pk=job.pk).worker.startswith("test-")
+            url = reverse("simulation_job", args=[job.pk])
+            page = researcher_client.get(url, HTTP_HX_REQUEST="true").content.decode()
+            assert "data-worker-status" not in page  # alive: nothing to say
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            proc.wait()
+
+        def says_gone() -> str | None:
+            page = researcher_client.get(url, HTTP_HX_REQUEST="true").content.decode()
+            return page if 'data-worker-status="gone"' in page else None
+
+        page = wait_for(says_gone, timeout=25, interval=0.5)
+        assert time.monotonic() - killed <= 16.5
+        assert "stopped answering" in page and 'id="job-cancel"' in page
+        assert SimulationJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
+        researcher_client.post(reverse("simulation_job_cancel", args=[job.pk]))
+        job.refresh_from_db()
+        assert job.status == JobStatus.CANCELLED, job.status
+        assert "Cancelled. Its worker had stopped without finishing" in job.error
+
+
+def test_a_worker_shutting_down_warm_beats_on_until_its_job_is_done(project, tmp_path):
+    """A warm shutdown finishes the jobs it runs: meanwhile its row stays alive (no page says
+    its job lost, no sweeper fails it), and it says stopped only once they are done."""
+    from django.utils import timezone
+
+    from studio.models import WorkerHeartbeat
+    from studio.services.workers import worker_state
+
+    log = tmp_path / "worker.log"
+    with fake_openai_server(lambda b, i: ANSWER, hold_after_chunks=10) as srv:
+        with running_worker(("default",), log_path=log) as proc:
+            job = start_held_job(project, srv.base_url)
+            os.kill(proc.pid, signal.SIGTERM)
+            wait_for(lambda: "Warm shutdown" in log.read_text(), timeout=30)
+            asked = timezone.now()
+            row = WorkerHeartbeat.objects.get(pid=proc.pid)
+            wait_for(lambda: WorkerHeartbeat.objects.get(pk=row.pk).seen_at > asked, timeout=15)
+            row.refresh_from_db()
+            assert row.stopped_at is None
+            assert worker_state(SimulationJob.objects.get(pk=job.pk)).alive
+            srv.release.set()
+            assert wait_job(job).status == JobStatus.SUCCEEDED
+            proc.wait(timeout=60)
+    row.refresh_from_db()
+    assert row.stopped_at is not None and row.stopped_at >= asked

@@ -70,7 +70,7 @@ def test_json_transforms_keep_the_document_shape():
     missing = P.build("schema_drift", {"field": "title"})
     assert json.loads(P.transform(missing, obs, "mcp"))["results"] == [{"id": 1}]
     empty = P.transform(P.build("empty_result"), obs, "mcp")
-    assert json.loads(empty) == {"results": [], "total": 1}
+    assert json.loads(empty) == {"results": [], "total": 0}  # the count goes with the list
     pretty = json.dumps({"labels": [{"name": "bug"}]}, indent=2)  # no "id" anywhere
     assert P.transform(drift, pretty, "mcp") == pretty  # not re-serialised: no change at all
     broken = P.transform(P.build("malformed_json"), obs, "mcp")
@@ -228,7 +228,7 @@ def test_a_sweep_gives_each_perturbation_its_own_futures():
     labels = {s: steps[0].meta["perturbation"]["label"] for s, steps in sink.steps.items()}
     assert labels == {0: "Cut", 1: "Cut", 2: "Empty", 3: "Empty", 4: "Slow", 5: "Slow"}
     assert sink.steps[0][0].observation == "ran" + P.TRUNCATION_MARKER
-    assert sink.steps[2][0].observation == ""
+    assert sink.steps[2][0].observation == "[exit code 0]"  # a shell's empty result
     assert sink.steps[4][0].observation.startswith("timeout:")
     # one call for the entries that needed the model, sampled once per sample number (the
     # timeouts needed none): every column perturbs the same base observations
@@ -244,3 +244,114 @@ def test_a_sweep_gives_each_perturbation_its_own_futures():
     with pytest.raises(InvalidRequest) as info:
         request(2, "ls", sweep=[sweep[0], sweep[0]])
     assert "must differ" in info.value.errors["sweep"][0]
+
+
+# ---- "Empty result" in each domain's own form ---------------------------------------------
+
+EMPTY = P.build("empty_result")
+
+
+@pytest.mark.parametrize(
+    ("domain", "observation", "expected"),
+    [
+        # MCP: the tool's document keeps its metadata with its lists emptied; a result with
+        # no list is an MCP tool result with an empty content array
+        ("mcp", '{"date": "2026-03-12", "timezone": "Europe/Berlin", "events": [{"id": 1}]}',
+         {"date": "2026-03-12", "timezone": "Europe/Berlin", "events": []}),
+        ("mcp", '[{"id": 1}, {"id": 2}]', []),
+        ("mcp", '{"temp_c": 9}', {"content": [], "isError": False}),
+        ("mcp", "a text answer", {"content": [], "isError": False}),
+        # search: a result page of the query with no results
+        ("search", '{"query": "python 3.12", "results": [{"title": "t"}], "total": 1}',
+         {"query": "python 3.12", "results": [], "total": 0}),
+        # android: the same screen with no UI elements
+        ("android", '{"package": "com.x", "activity": ".Main", "ui_elements": [{"text": "a"}]}',
+         {"package": "com.x", "activity": ".Main", "ui_elements": []}),
+    ],
+)  # fmt: skip
+def test_an_empty_json_result_keeps_the_domains_form(domain, observation, expected):
+    assert json.loads(P.transform(EMPTY, observation, domain)) == expected
+
+
+def test_an_empty_text_result_reads_as_the_domain_writes_it():
+    assert P.transform(EMPTY, "app.py\nstatic", "terminal") == "[exit code 0]"  # empty stdout
+    assert P.transform(EMPTY, "src/a.py", "swe") == (
+        "Your command ran successfully and did not produce any output."
+    )  # SWE-agent's words for it
+    assert P.transform(EMPTY, "Title: What's New\nURL: x", "search") == "No results found."
+    tree = '[1] RootWebArea "Orders · Shop" [focused]\n  [2] banner\n    [3] link "Shop"'
+    assert P.transform(EMPTY, tree, "web") == (
+        '[1] RootWebArea "Orders · Shop" [focused]\n  [2] main\n    [3] StaticText "No results found."'
+    )
+    page = "<!DOCTYPE html><html><head><title>Orders</title></head><body class=x><ul><li>a</li></ul></body></html>"
+    emptied = P.transform(EMPTY, page, "web")
+    assert emptied.startswith(
+        "<!DOCTYPE html><html><head><title>Orders</title></head><body class=x>"
+    )
+    assert "<li>" not in emptied and "No results found." in emptied
+    screen = "[Top bar] Activities · Wed\n[Window] Files — Home (focused)\n  Items: a.txt · b.txt"
+    assert P.transform(EMPTY, screen, "os") == (
+        "[Top bar] Activities · Wed\n[Window] Files — Home (focused)\n  (no items)"
+    )
+
+
+# ---- does a prompted perturbation's answer show it? ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "observation", "expected"),
+    [
+        ("empty_result", {}, '{"query": "q", "results": [], "meta": {"page": 1}}', P.SHOWN),
+        ("empty_result", {}, "[]", P.SHOWN),
+        ("empty_result", {}, "No results found for q.", P.SHOWN),
+        ("empty_result", {}, "", P.SHOWN),
+        ("empty_result", {}, '{"results": [{"title": "Python 3.12"}]}', P.NOT_SHOWN),
+        ("empty_result", {}, "app.py\nstatic", P.NOT_SHOWN),
+        ("tool_error", {"code": 503, "message": "down"}, '{"isError": true, "error": {}}', P.SHOWN),
+        ("tool_error", {"code": 503, "message": "down"}, "HTTP 503 Service Unavailable", P.SHOWN),
+        ("tool_error", {"code": 503, "message": "down"}, '{"error": "", "response": "ok"}',
+         P.NOT_SHOWN),
+        ("tool_error", {"code": 503, "message": "down"}, "app.py", P.NOT_SHOWN),
+        ("timeout", {"seconds": 30}, "Request timed out after 30 s", P.SHOWN),
+        ("timeout", {"seconds": 30}, "total 4", P.NOT_SHOWN),
+        ("rate_limit", {"retry_after": 60}, "429 Too Many Requests", P.SHOWN),
+        ("rate_limit", {"retry_after": 60}, "ok", P.NOT_SHOWN),
+        ("permission_denied", {"resource": ""}, "cat: /etc/shadow: Permission denied", P.SHOWN),
+        ("permission_denied", {"resource": ""}, "root:x:0:0", P.NOT_SHOWN),
+        ("network_failure", {"detail": "x"}, "curl: (7) Connection refused", P.SHOWN),
+        ("network_failure", {"detail": "x"}, "<html>ok</html>", P.NOT_SHOWN),
+        ("truncated", {"chars": 10}, "0123456789…", P.SHOWN),
+        ("truncated", {"chars": 10}, "x" * 200, P.NOT_SHOWN),
+        ("schema_drift", {"field": "id", "rename_to": "uid"}, '{"uid": 1}', P.SHOWN),
+        ("schema_drift", {"field": "id", "rename_to": "uid"}, '{"id": 1}', P.NOT_SHOWN),
+        ("schema_drift", {"field": "id", "rename_to": ""}, '{"name": "a"}', P.SHOWN),
+        ("schema_drift", {"field": "id", "rename_to": ""}, "not json", P.UNCHECKED),
+        ("malformed_json", {}, '{"a": 1', P.SHOWN),
+        ("malformed_json", {}, '{"a": 1}', P.NOT_SHOWN),
+        ("stale", {"age": "3 days"}, "anything", P.UNCHECKED),
+        ("custom", {"instruction": "x"}, "anything", P.UNCHECKED),
+    ],
+)  # fmt: skip
+def test_a_prompted_perturbation_is_checked_by_its_form(kind, params, observation, expected):
+    assert P.check_shown(kind, observation, params) == expected
+
+
+@pytest.mark.django_db
+def test_the_badge_of_a_prompted_perturbation_says_whether_it_shows():
+    from studio.models import Step
+    from studio.templatetags.ui_tags import provenance_badge
+
+    meta = {"perturbation": {"kind": "empty_result", "params": {}, "mode": "prompted",
+                             "label": "Empty result", "changed": True}}  # fmt: skip
+    shown = Step(provenance="edited", observation_source="perturbed", observation="[]", meta=meta)
+    assert "asked · shown (checked)" in provenance_badge(shown)
+    missed = Step(
+        provenance="edited", observation_source="perturbed", observation="a.py", meta=meta
+    )
+    assert "asked · not shown (checked)" in provenance_badge(missed)
+    meta["perturbation"] = {**meta["perturbation"], "kind": "stale", "params": {"age": "1 d"}}
+    stale = Step(provenance="edited", observation_source="perturbed", observation="x", meta=meta)
+    assert "asked · unchecked" in provenance_badge(stale)
+    meta["perturbation"] = {**meta["perturbation"], "kind": "empty_result", "mode": "deterministic"}
+    written = Step(provenance="edited", observation_source="perturbed", observation="", meta=meta)
+    assert "asked" not in provenance_badge(written)  # written by the transform: nothing to check

@@ -73,7 +73,8 @@ def test_next_sends_one_prompt_sampled_n_times_and_stores_each_future():
         assert step.timings["tokens_out"] > 0
     assert sink.finished == {i: ("succeeded", "") for i in range(3)}
     assert outcome.totals.progress == 1.0 and sink.figures[-1].progress == 1.0
-    assert outcome.totals.tokens_per_s and outcome.totals.tokens_out > 0
+    # the scripted backend's 15 tokens in 2 ms are no speed to show (`rates`)
+    assert outcome.totals.tokens_per_s is None and outcome.totals.tokens_out > 0
     assert sink.phases[:2] == ["prefill", "decoding"]
     assert sink.latest[0].phase == "step done" and "ran python3 -V #0" in sink.latest[0].text
 

@@ -330,3 +330,48 @@ def test_a_blank_task_gets_a_default(project):
     saved = save_world(project, W.parse_world(WORLD))
     trajectory = start_trajectory(saved.version, "   ")
     assert trajectory.task_instruction == "An episode in Lyon Weather Co"
+
+
+@pytest.mark.django_db
+def test_deleting_a_world_asks_first_saying_what_goes_and_what_stays(researcher_client, project):
+    from studio.models import Step
+
+    saved = save_world(project, W.parse_world(WORLD))
+    save_world(
+        project, W.parse_world({**WORLD, "description": "Now with Lille."}), world=saved.world
+    )
+    started = start_trajectory(saved.world.latest, "Is it raining in Lyon?")
+    Step.objects.create(branch=started.root_branch, index=0, action="a", observation="b")
+    listing = researcher_client.get(reverse("world_list", args=[project.pk])).content.decode()
+    confirm_url = reverse("world_delete", args=[saved.world.pk])
+    assert f'href="{confirm_url}"' in listing  # a link to the question, not a one-click delete
+    page = researcher_client.get(confirm_url).content.decode()
+    assert World.objects.filter(pk=saved.world.pk).exists()  # asking deletes nothing
+    assert "Delete the world <em>Lyon Weather Co</em>?" in page
+    assert 'id="delete-versions">2 versions<' in page and "(the latest is v2)" in page
+    assert 'id="delete-trajectories">1 trajectory<' in page and "keep their steps" in page
+    assert "no new step can be simulated in them" in page
+    response = researcher_client.post(confirm_url)
+    assert response.status_code == 302 and not World.objects.exists()
+    assert not WorldVersion.objects.exists()
+    started.refresh_from_db()
+    assert started.root_branch.steps.count() == 1  # kept, with its steps
+    done = researcher_client.get(response["Location"]).content.decode()
+    assert "trajectories started in it keep their" in done
+
+
+@pytest.mark.django_db
+def test_world_wording_says_each_thing_once(researcher_client, project):
+    """No "On in the world in world …": the root of a trajectory started in a world is
+    "start", and the pages name the world once."""
+    saved = save_world(project, W.parse_world(WORLD))
+    started = start_trajectory(saved.version, "Is it raining in Lyon?")
+    assert started.root_branch.name == "start"
+    for url in (
+        reverse("playground", args=[started.root_branch.pk]),
+        reverse("trajectory", args=[started.pk]),
+        reverse("world_list", args=[project.pk]),
+    ):
+        page = researcher_client.get(url).content.decode()
+        for garbled in ("On in", "in the world in world", "in world in", "world world"):
+            assert garbled not in page, (url, garbled)

@@ -136,6 +136,9 @@ class SimulationRequest:
     perturbations: tuple[perturbing.Rule, ...] = ()
     perturbation_seed: int = 0  # the rules' draws (`perturbations.choose`)
     sweep: tuple[perturbing.Perturbation, ...] = ()  # n // len(sweep) futures each
+    # a rollout given no action at the fork (the playground's "hand over to the agent"):
+    # the agent proposes that one too, and every step of the rollout is the agent's
+    agent_first: bool = False
 
     @property
     def samples_per_perturbation(self) -> int:
@@ -189,7 +192,14 @@ class SimulationRequest:
             v.error(str(name), f"unknown field {name!r}")
         mode = v.choice("mode", limits.MODES, default="next")
         fork_index = v.fork_index(fork)
-        action = v.action(fork, fork_index)
+        raw_action = data.get("action")
+        # "" (not an absent field, which means the recorded action) in a rollout
+        agent_first = mode == "rollout" and isinstance(raw_action, str) and not raw_action.strip()
+        if agent_first:
+            v.choice("action_format", limits.ACTION_FORMATS, default="auto")
+            action = ""
+        else:
+            action = v.action(fork, fork_index)
         n = v.integer("n", 1, limits.MAX_FUTURES, default=1, what="the number of futures")
         max_steps: int | None = 1
         agent = None
@@ -201,7 +211,7 @@ class SimulationRequest:
                 required=True,
                 what="the steps of the rollout",
             )
-            if max_steps is not None and max_steps > 1:
+            if max_steps is not None and (max_steps > 1 or agent_first):
                 agent = v.agent(defaults)
         if mode == "replay" and fork_index is not None and fork_index + 1 >= fork.step_count:
             v.error(
@@ -246,8 +256,9 @@ class SimulationRequest:
             )
         v.raise_if_invalid()
         assert fork_index is not None and n is not None and max_steps is not None
-        edited = action_is_edited(fork.recorded_action, action)
-        if not edited and fork.recorded_action is not None:
+        # the agent's own first action is no edit of the recorded one
+        edited = not agent_first and action_is_edited(fork.recorded_action, action)
+        if not edited and not agent_first and fork.recorded_action is not None:
             # The same action in other clothes (re-indented JSON, a trailing newline): the
             # step replays the recorded action, so the model is sent that, verbatim.
             action = fork.recorded_action
@@ -264,6 +275,7 @@ class SimulationRequest:
             perturbations=rules,
             perturbation_seed=perturbation_seed,
             sweep=sweep,
+            agent_first=agent_first,
         )
 
 

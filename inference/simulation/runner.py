@@ -32,6 +32,7 @@ from inference.backends.errors import BackendError
 from inference.parsing import parse_prediction
 from inference.prompts import current_message, history_messages, perturbation_note, turn_pair
 from inference.simulation import limits
+from inference.simulation.rates import MIN_TOTAL_WINDOW_S, decode_rate
 from inference.simulation.request import InvalidRequest, SimulationRequest
 from inference.simulation.sink import (
     AGENT,
@@ -225,7 +226,9 @@ class SimulationRunner:
         """Build the shared history once: the world model's prompt prefix and, for a
         rollout, the agent's. The history stream is read here and not kept."""
         world = self.world
-        if self.request.mode == "rollout" and self.request.max_steps > 1:
+        if self.request.mode == "rollout" and (
+            self.request.max_steps > 1 or self.request.agent_first
+        ):
             pairs: list[tuple[str, str]] = []
 
             def turns():
@@ -247,6 +250,9 @@ class SimulationRunner:
     # -- the loop ----------------------------------------------------------------------------
     def _execute(self) -> None:
         request = self.request
+        if request.agent_first:  # handed over: the agent proposes the fork's action too
+            self._rollout(first_step=0)
+            return
         first = self.fork_provenance or (EDITED if request.edited else REPLAYED)
         self._step(request.fork_index, {f.sample: request.action for f in self.futures}, first)
         if request.mode == "replay":
@@ -261,13 +267,15 @@ class SimulationRunner:
         elif request.mode == "rollout":
             self._rollout()
 
-    def _rollout(self) -> None:
-        if self.request.max_steps > 1 and self.agent is None:
+    def _rollout(self, first_step: int = 1) -> None:
+        """The agent's steps, from the fork + `first_step` (0: the agent takes the fork's
+        step too) to max_steps."""
+        if (self.request.max_steps > 1 or first_step == 0) and self.agent is None:
             raise AgentError(
                 "agent rollout needs an agent model to propose the actions; none is configured"
             )
         request = self.request
-        for k in range(1, request.max_steps):
+        for k in range(first_step, request.max_steps):
             self._check_stop()
             alive = self._alive()
             if not alive:
@@ -323,10 +331,10 @@ class SimulationRunner:
             raise TimeLimitReached
 
     def _live(self, f: _Future, phase: str, text: str, tokens_out: int) -> LiveProgress:
-        tps = 0.0
+        # None while too little has been decoded to measure (`rates`): the page says "…"
+        tps: float | None = None
         if f.decode_started is not None and tokens_out:
-            elapsed = self.clock() - f.decode_started
-            tps = round(tokens_out / elapsed, 1) if elapsed > 0 else 0.0
+            tps = decode_rate(tokens_out, self.clock() - f.decode_started)
         return LiveProgress(
             phase=phase,
             step=f.steps_done,
@@ -563,10 +571,12 @@ class SimulationRunner:
     def _report_totals(self) -> None:
         t = self.totals
         t.progress = min(1.0, self.units_done / max(1, len(self.futures) * self.planned_steps()))
-        # A rate means something only for a model that decodes: the retrieval baseline
-        # "decodes" in microseconds and would show absurd figures.
+        # A rate means something only for a model that decodes (the retrieval baseline
+        # "decodes" in microseconds), and only over a long enough window (`rates`).
         t.tokens_per_s = (
-            round(t.tokens_out / t.decode_s, 2) if t.decode_s > 0 and self.is_neural else None
+            decode_rate(t.tokens_out, t.decode_s, min_window_s=MIN_TOTAL_WINDOW_S)
+            if self.is_neural
+            else None
         )
         self.sink.totals(t)
 

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 # Where a simulated step's action came from (the studio's Provenance choices use the same
-# values): the recorded action replayed, an action the user edited, one an agent proposed.
+# values): the recorded action replayed, an action the user edited, one an agent proposed,
+# one a person typed as the agent (the studio's playground).
 REPLAYED = "replayed"
 EDITED = "edited"
 AGENT = "agent"
+TYPED = "typed"
 # Where its observation came from (the studio's ObservationSource): the world model, the
 # world model under a perturbation (reserved for controllable simulation), or none at all
 # (an agent's final answer gets no observation).
@@ -25,7 +27,7 @@ NO_OBSERVATION = "none"
 class SimulatedStep:
     index: int
     action: str
-    provenance: str  # replayed | edited | agent
+    provenance: str  # replayed | edited | agent | typed
     observation: str = ""
     observation_source: str = SIMULATED_OBSERVATION
     state: str = ""
@@ -44,7 +46,8 @@ class LiveProgress:
     phase: str  # prefill | decoding | agent | step done
     step: int = 0  # steps this future has finished
     tokens_out: int = 0
-    tokens_per_s: float = 0.0
+    # None: decoding, too little yet to measure (`rates.decode_rate`); 0: no model decodes
+    tokens_per_s: float | None = 0.0
     text: str = ""  # the tail of the text so far (limits.LIVE_TEXT_CHARS)
 
     def as_dict(self) -> dict[str, Any]:

@@ -23,7 +23,9 @@ from studio.archive.files import FILE_FIELDS
 PROJECT = "studio.project"
 
 # Studio models no archive holds, each with the reason.
-EXCLUDED: dict[str, str] = {}
+EXCLUDED: dict[str, str] = {
+    "studio.workerheartbeat": "which workers run now: a fact of this installation, not of a project",
+}
 
 # A nullable owner path costs this much more than a non-null one: used only when no
 # non-null path exists.

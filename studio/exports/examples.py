@@ -32,6 +32,9 @@ class ExportTurn:
     # a review of the step rejected it (`studio.services.datasets.rejected_steps`); read
     # only by exports that drop rows whose context holds a rejected step
     rejected: bool = False
+    # The model that wrote its observation (`model_identity.world_model_dict`; one dict
+    # shared by the steps of a job: read-only), None where the export was not told.
+    world_model: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

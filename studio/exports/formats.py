@@ -41,6 +41,7 @@ from typing import Any
 from inference.prompts import STATE_HEADER, format_observation, format_turn_prompt
 from inference.types import Turn
 from studio.exports.examples import Example, ExportTurn
+from studio.services.model_identity import world_model_dict
 
 
 @dataclass(frozen=True)
@@ -728,6 +729,9 @@ def _ms_swift(example: Example, options: ExportOptions) -> dict[str, Any] | None
     return _agent_swift(example)
 
 
+_RECORDED_MODEL = world_model_dict(None)
+
+
 def _meta(example: Example) -> dict[str, Any]:
     return {
         "trajectory": example.trajectory_id,
@@ -735,6 +739,8 @@ def _meta(example: Example) -> dict[str, Any]:
         "step": example.turn.index,
         "domain": example.domain,
         "corrected": example.turn.corrected,
+        # the model that produced the target ("recorded": none did), its settings and world
+        "world_model": example.turn.world_model or _RECORDED_MODEL,
     }
 
 

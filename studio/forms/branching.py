@@ -194,7 +194,9 @@ class SimulateForm(forms.Form):
         "trajectory's from this step on (its latest version).",
     )
 
-    def __init__(self, *args, fork_index: int, fork: ForkFacts, project, **kwargs):
+    def __init__(
+        self, *args, fork_index: int, fork: ForkFacts, project, in_world: bool = False, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self.fork_index = fork_index
         self.fork = fork
@@ -220,6 +222,10 @@ class SimulateForm(forms.Form):
         agent_field.queryset = agents
         self.has_agents = agents.exists()
         first_world = worlds.first()
+        if in_world:
+            # a trajectory started in a world refuses the baseline (it reads no world's
+            # prompt): start on a model that reads it, when the project has one
+            first_world = worlds.exclude(kind="retrieval").first() or first_world
         first_agent = agents.first()
         if not self.is_bound:
             world_field.initial = first_world.pk if first_world else None

@@ -37,7 +37,16 @@ class PlayForm(forms.Form):
         label="Applied",
     )
 
-    def __init__(self, *args, project, fork: ForkFacts, at: int, **kwargs):
+    def __init__(
+        self,
+        *args,
+        project,
+        fork: ForkFacts,
+        at: int,
+        in_world: bool = False,
+        remembered: dict[str, Any] | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.fork, self.at = fork, at
         world_field = self.fields["world_endpoint"]
@@ -47,9 +56,22 @@ class PlayForm(forms.Form):
         world_field.queryset = endpoints_for(project, EndpointRole.WORLD)
         perturbation_field.queryset = Perturbation.objects.filter(project=project)
         self.has_perturbations = perturbation_field.queryset.exists()
-        first = world_field.queryset.first()
-        if not self.is_bound and first is not None:
-            world_field.initial = first.pk
+        if not self.is_bound:
+            # the choices of the step played before (`services.playground.remembered`):
+            # a person who picked a model keeps it from step to step
+            remembered = dict(remembered or {})
+            endpoint_id = remembered.pop("world_endpoint", None)
+            chosen = world_field.queryset.filter(pk=endpoint_id).first() if endpoint_id else None
+            if chosen is None:
+                # in a world, the baseline (which reads no world) is refused: start on a
+                # model that reads the world's prompt when there is one
+                options = list(world_field.queryset)
+                readers = [e for e in options if e.kind != "retrieval"]
+                chosen = (readers if in_world and readers else options or [None])[0]
+            if chosen is not None:
+                world_field.initial = chosen.pk
+            if remembered.get("action_format") in limits.ACTION_FORMATS:
+                self.fields["action_format"].initial = remembered["action_format"]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -1,7 +1,11 @@
 """Which job messages the broker still holds: lets the sweeper tell a job that waits in a
 long queue from one whose message was lost (Redis restarted without persistence, a failed
-send, a purged queue). Knows the two transports the studio runs on; for any other it cannot
-tell, and says so with None."""
+send, a purged queue, a worker killed with the message in hand on the embedded broker).
+Knows the transports the studio runs on (Redis, the embedded SQLite broker, kombu's
+filesystem transport); for any other it cannot tell, and says so with None.
+
+It is given the Celery app (the sweeper passes its worker's): this module never imports
+`studio.celery`, which starts the sweeper (no import cycle)."""
 
 from __future__ import annotations
 
@@ -28,18 +32,32 @@ def _message_id(payload: Any) -> str | None:
     return str(found) if found else None
 
 
-def message_ids_held(queues: Iterable[str]) -> set[str] | None:
-    """Ids of the task messages waiting in `queues` or delivered and not yet acknowledged;
-    None when the transport cannot be asked."""
-    from studio.celery import app
+def message_ids_held(queues: Iterable[str], app: Any = None) -> set[str] | None:
+    """Ids of the task messages waiting in `queues` or, on Redis, delivered and not yet
+    acknowledged; None when the transport cannot be asked. `app`: the Celery app (default:
+    the current one, the studio's wherever `studio` was imported).
 
+    On the embedded SQLite broker only waiting messages count: a delivered one is hidden
+    until acknowledged, and the hidden rows of a killed worker look the same as those of a
+    live one. A queued job whose message is hidden is about to run (a worker takes a message
+    only when a process is free, or holds it until its countdown) or was taken by a killed
+    worker: sent again after STUDIO_JOB_STALE_S, and a duplicate is harmless (the claim)."""
+    if app is None:
+        from celery import current_app
+
+        app = current_app
     queues = list(queues)
     try:
+        from studio.jobs.sqlite_broker import held_message_payloads
+
         with app.connection_for_read() as conn:
             channel = conn.default_channel
             transport = conn.transport_cls if isinstance(conn.transport_cls, str) else ""
             if hasattr(channel, "_q_for_pri") and hasattr(channel, "unacked_key"):
                 return _redis_ids(channel, queues)
+            payloads = held_message_payloads(channel, queues)
+            if payloads is not None:
+                return {mid for mid in map(_message_id, payloads) if mid}
             if hasattr(channel, "data_folder_in"):
                 return _filesystem_ids(channel, queues)
             log.debug("cannot list messages of transport %s", transport or type(channel))

@@ -39,17 +39,19 @@ from inference.simulation.world import WorldContext
 from studio.jobs import replies
 from studio.jobs.inflight import Flight, inflight
 from studio.jobs.runtime import claim, clear_pulse, single_writer_db
-from studio.jobs.simulation import (
+from studio.jobs.world_model import (
     explain_error,
     history_stream,
     make_backend_for,
     step_row,
     storable,
 )
-from studio.models import Branch, JobStatus, SimulationJob, Step, Trajectory
+from studio.models import Branch, JobStatus, Provenance, SimulationJob, Step, Trajectory
 from studio.services.simulation import system_prompt_for
 
 log = logging.getLogger(__name__)
+
+TYPED = str(Provenance.TYPED)  # a playground step: the action a person typed (sink.TYPED)
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,9 @@ def run_episode_step(job_id: int, message_id: str = "") -> None:
                 ),
                 explain=explain_error,
                 stream=False,
-                fork_provenance=AGENT,  # the action is the outside agent's, not an edit
+                # the action is the outside agent's, or typed by a person in the
+                # playground: never an edit of a recorded one
+                fork_provenance=TYPED if (job.params or {}).get("played") else AGENT,
             )
         except Exception as exc:  # noqa: BLE001 - reading the job failed: say so on the row
             log.exception("episode step %s failed before it ran", job.pk)
@@ -266,17 +270,16 @@ def settle(
             return None
         if succeeded:
             assert step is not None
-            # the step goes where the episode stands, or nowhere (the row lock orders two
-            # answers of one episode; the first one wins the index)
-            if Trajectory.objects.filter(pk=job.trajectory_id, step_count=step.index).update(
-                step_count=step.index + 1
-            ):
+            # the step goes where the episode (or the played branch) stands, or nowhere
+            # (the row lock orders two answers of one episode; the first one wins the index)
+            if _stands_at(job, step.index):
                 step.save(force_insert=True)
             else:
                 status = JobStatus.FAILED
                 error = (
-                    f"another step of this episode was answered at step {step.index} "
-                    "meanwhile: this answer is not kept; send the action again"
+                    f"another step of this {'branch' if _played(job) else 'episode'} was "
+                    f"answered at step {step.index} meanwhile: this answer is not kept; send "
+                    "the action again"
                 )
                 SimulationJob.objects.filter(pk=job.pk).update(
                     status=status, phase="failed", error=error, progress=0.0
@@ -284,6 +287,26 @@ def settle(
     if single_writer_db():
         clear_pulse(SimulationJob, job.pk)
     return status, error
+
+
+def _played(job: SimulationJob) -> bool:
+    return bool((job.params or {}).get("played"))
+
+
+def _stands_at(job: SimulationJob, index: int) -> bool:
+    """Whether the job's branch ends just before `index`, taking that step (in the
+    caller's transaction). An episode counts its steps on the trajectory (its one branch
+    is the root); a played branch is a child, whose step count is its steps: the
+    trajectory's count (the root's) is not its to change."""
+    if not _played(job):
+        return bool(
+            Trajectory.objects.filter(pk=job.trajectory_id, step_count=index).update(
+                step_count=index + 1
+            )
+        )
+    # lock the branch row so two answers of one branch are ordered, then look at its end
+    Branch.objects.select_for_update().filter(pk=job.branch_id).values_list("pk").first()
+    return not Step.objects.filter(branch_id=job.branch_id, index__gte=index).exists()
 
 
 def answer(

@@ -20,6 +20,7 @@ from django.db import transaction
 
 from inference.judge import DIMENSIONS, Judge
 from inference.types import GenerationRequest, SamplingParams
+from studio.jobs.dispatch import EVALUATION_TASK, send_again
 from studio.jobs.runtime import JobMonitor, claim, finish
 from studio.models import EvaluationRun, EvaluationSample, JobStatus, SampleStage, Trajectory
 from studio.services.evaluations import draw_samples, figures, rows_of, sample_set_of_saved
@@ -385,10 +386,8 @@ def run_evaluation(run_id: int, message_id: str = "") -> None:
             )
     mine = EvaluationRun.objects.filter(pk=run.pk, status=JobStatus.RUNNING, claimed_by=message_id)
     if handed_over:
-        from studio.tasks import redispatch
-
         if mine.update(status=JobStatus.QUEUED, phase="queued"):
-            redispatch(EvaluationRun, run.pk, previous=run.message_id)
+            send_again(EvaluationRun, run.pk, run.message_id, EVALUATION_TASK)
         return
     phase = {"succeeded": "done", "cancelled": "cancelled"}.get(str(status), "failed")
     fields: dict[str, Any] = {"phase": phase, "error": error, "results": figures(run)}

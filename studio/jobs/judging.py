@@ -14,6 +14,7 @@ from django.db import IntegrityError
 from django.db.models import F
 
 from inference.judge import Judge
+from studio.jobs.dispatch import JUDGE_TASK, send_again
 from studio.jobs.runtime import JobMonitor, claim, finish
 from studio.models import JobStatus, JudgeJob, StepJudgement
 from studio.services.judging import JudgeItem, items_for, judged_steps, target_steps
@@ -150,10 +151,8 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
             )
     mine = JudgeJob.objects.filter(pk=job.pk, status=JobStatus.RUNNING, claimed_by=message_id)
     if handed_over and status == JobStatus.SUCCEEDED:
-        from studio.tasks import redispatch
-
         if mine.update(status=JobStatus.QUEUED, phase="queued"):
-            redispatch(JudgeJob, job.pk, previous=job.message_id)
+            send_again(JudgeJob, job.pk, job.message_id, JUDGE_TASK)
         return
     phase = {"succeeded": "done", "cancelled": "cancelled"}.get(str(status), "failed")
     fields: dict[str, Any] = {"phase": phase, "error": error}

@@ -37,6 +37,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from studio.models import (
+    ArenaRun,
     Branch,
     EvaluationRun,
     ExportJob,
@@ -48,13 +49,18 @@ from studio.models import (
 from studio.models.trajectories import BranchStatus
 
 JobModel = (
-    type[ImportJob] | type[SimulationJob] | type[EvaluationRun] | type[JudgeJob] | type[ExportJob]
+    type[ImportJob]
+    | type[SimulationJob]
+    | type[EvaluationRun]
+    | type[JudgeJob]
+    | type[ExportJob]
+    | type[ArenaRun]
 )
 
 
 def cancellable(model: JobModel) -> bool:
     """Jobs a user can stop while they run (they have cancel_requested and a phase)."""
-    return model in (SimulationJob, EvaluationRun, JudgeJob, ExportJob, ImportJob)
+    return model in (SimulationJob, EvaluationRun, JudgeJob, ExportJob, ImportJob, ArenaRun)
 
 
 log = logging.getLogger(__name__)
@@ -122,13 +128,18 @@ def claim(
     *,
     related: tuple[str, ...] = (),
     branches: bool = True,
+    worker: str | None = None,
     **fields: Any,
 ) -> Any:
     """QUEUED -> RUNNING exactly once (writing `fields` too). Returns the row, with
     `related` rows joined, when this call claimed it, else None (already running,
     cancelled, finished or deleted: nothing to do). `branches=False`: a job without child
-    branches (a step of an episode) saves the query that starts them."""
+    branches (a step of an episode) saves the query that starts them. `worker`: the Celery
+    hostname to record as the job's worker (default: that of the task running this call),
+    whose heartbeat row then tells within seconds if it goes away (`services.workers`)."""
     now = timezone.now()
+    if worker is None:
+        worker = current_worker()
     starts_branches = model is SimulationJob and branches
     # a simulation's branches start with it, never before; with no branches to start, the
     # one UPDATE is atomic on its own (a step of an episode saves the BEGIN and COMMIT)
@@ -138,6 +149,7 @@ def claim(
             started_at=now,
             heartbeat_at=now,
             claimed_by=message_id,
+            worker=worker,
             attempts=F("attempts") + 1,
             **fields,
         )
@@ -163,6 +175,15 @@ def claim(
     return None
 
 
+def current_worker() -> str:
+    """The hostname ("jobs@host") of the Celery worker whose task is running in this thread,
+    in any pool; "" outside a task."""
+    from celery import current_task
+
+    request = getattr(current_task, "request", None)
+    return str(getattr(request, "hostname", "") or "")
+
+
 def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
     """Settle a RUNNING job whose worker is gone (only if nothing changed since): failed, or
     cancelled when its user had asked it to stop (what they asked for is what happened).
@@ -175,6 +196,11 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
         message = message.replace("use Retry.", "use Resume (its finished samples are kept).")
     if model is JudgeJob:
         message = message.replace("use Retry.", "use Resume (the steps it judged are kept).")
+    if model is ArenaRun:  # it has no Retry: a new arena at the same step is the way on
+        message = message.replace(
+            "use Retry.",
+            "start another arena at its step (its futures, scores and pairs are kept).",
+        )
     if model is ExportJob:  # no file was kept: a new export is the way on
         message = message.replace("use Retry.", "export the version again (no file was kept).")
     if reached_hard_limit(row):
@@ -229,9 +255,34 @@ def reached_hard_limit(row: Any) -> bool:
 
 
 def is_silent(row: Any, now: Any) -> bool:
-    """A RUNNING job whose worker has not beaten for `lost_after_s()`."""
+    """A RUNNING job whose worker has not beaten for `lost_after_s()`, or that is
+    `orphaned`: no worker will settle it."""
     beat = row.heartbeat_at or row.started_at or row.created_at
-    return row.status == JobStatus.RUNNING and (now - beat).total_seconds() >= lost_after_s()
+    if row.status != JobStatus.RUNNING:
+        return False
+    return (now - beat).total_seconds() >= lost_after_s() or orphaned(row, now)
+
+
+def orphaned(row: Any, now: Any) -> bool:
+    """A RUNNING job whose claiming worker is gone by its own heartbeat row, and whose own
+    heartbeat (and pulse) stopped with it: silent for `orphan_after_s()` when the worker
+    stopped answering or shut down, older than the new process when the worker was restarted
+    under the same name. Two signals, so that neither a worker row that could not be
+    written nor a job row held up by a long transaction fails a live job on its own."""
+    from studio.services.workers import orphan_after_s, worker_state
+
+    if row.status != JobStatus.RUNNING or not getattr(row, "worker", ""):
+        return False
+    state = worker_state(row)
+    if state is None or state.alive:
+        return False
+    beat = row.heartbeat_at or row.started_at or row.created_at
+    pulse = read_pulse(type(row), row.pk)
+    pulse_at = float(pulse.get("at", 0)) if pulse is not None else 0.0
+    if state.restarted:  # the job's monitor died with the old process
+        return beat <= state.since and pulse_at <= state.since.timestamp()
+    quiet = orphan_after_s()
+    return (now - beat).total_seconds() >= quiet and time.time() - pulse_at >= quiet
 
 
 def finish(

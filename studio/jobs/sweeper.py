@@ -5,6 +5,10 @@ sent again.
 - RUNNING, no heartbeat for `lost_after_s()` (and no fresh pulse): failed as "worker lost".
   With a sweep every `sweep_interval_s()`, within STUDIO_JOB_STALE_S of the worker's death,
   as long as one worker is alive (one that starts sweeps at once).
+- Sooner, RUNNING and orphaned (`runtime.orphaned`): the worker that claimed it is gone by
+  its own heartbeat row (silent for STUDIO_WORKER_GONE_S, shut down, or restarted since the
+  claim) and the job's heartbeat is as old: failed (or cancelled, if its user asked) the
+  same way, within about twice STUDIO_WORKER_GONE_S of the death.
 - QUEUED for longer than STUDIO_JOB_STALE_S since its message was sent, and the broker no
   longer holds that message: sent again with a new message id. A duplicate is harmless: the
   claim runs a job once and ignores any other message for it.
@@ -21,8 +25,16 @@ from django.utils import timezone
 
 from studio.jobs.broker import message_ids_held
 from studio.jobs.file_retention import sweep_files_if_due
-from studio.jobs.runtime import JobModel, fail_lost, lost_after_s, pulse_is_fresh, stale_after_s
+from studio.jobs.runtime import (
+    JobModel,
+    fail_lost,
+    lost_after_s,
+    orphaned,
+    pulse_is_fresh,
+    stale_after_s,
+)
 from studio.models import (
+    ArenaRun,
     EvaluationRun,
     ExportJob,
     ImportJob,
@@ -33,7 +45,17 @@ from studio.models import (
 
 log = logging.getLogger(__name__)
 
-JOB_MODELS: tuple[JobModel, ...] = (SimulationJob, ImportJob, EvaluationRun, JudgeJob, ExportJob)
+# An arena is RUNNING (with heartbeats) only while it compares; while it waits for its
+# simulations and judge job it is QUEUED, its message re-sent on a timer (`studio.jobs.arena`),
+# so a lost one is sent again like any job's.
+JOB_MODELS: tuple[JobModel, ...] = (
+    SimulationJob,
+    ImportJob,
+    EvaluationRun,
+    JudgeJob,
+    ExportJob,
+    ArenaRun,
+)
 
 
 def reap_stale_jobs() -> int:
@@ -46,13 +68,21 @@ def reap_stale_jobs() -> int:
             if pulse_is_fresh(model, row.pk):
                 continue  # alive, only kept from writing its row (SQLite's single writer)
             reaped += fail_lost(model, row, now)
+        # the worker that claimed it said it is gone: no need to wait for lost_after_s
+        rows = model.objects.filter(status=JobStatus.RUNNING, heartbeat_at__gte=cutoff).exclude(
+            worker=""
+        )
+        for row in rows:
+            if orphaned(row, now):
+                reaped += fail_lost(model, row, now)
     if reaped:
         log.warning("marked %d job(s) failed: worker lost", reaped)
     return reaped
 
 
-def resend_lost_messages() -> int:
-    """Send again the queued jobs whose message the broker no longer holds."""
+def resend_lost_messages(app=None) -> int:
+    """Send again the queued jobs whose message the broker no longer holds. `app`: the
+    Celery app to ask (default: the current one)."""
     from studio.tasks import redispatch
 
     cutoff = timezone.now() - timedelta(seconds=stale_after_s())
@@ -65,7 +95,7 @@ def resend_lost_messages() -> int:
     if not waiting:
         return 0
     queues = {_queue_of(row) for _, row in waiting}
-    held = message_ids_held(queues)
+    held = message_ids_held(queues, app)
     if held is None:
         return 0  # this broker cannot be asked; never send blind duplicates
     resent = 0
@@ -84,11 +114,11 @@ def _queue_of(row) -> str:
     return getattr(row, "queue", "") or queue_name("default")
 
 
-def sweep() -> None:
-    """One sweep (the worker's timer calls this); never raises."""
+def sweep(app=None) -> None:
+    """One sweep (the worker's timer calls this, with its app); never raises."""
     try:
         reap_stale_jobs()
-        resend_lost_messages()
+        resend_lost_messages(app)
         sweep_files_if_due()
     except Exception:
         log.exception("job sweep failed; the next one tries again")

@@ -14,11 +14,27 @@ from django.utils.safestring import SafeString, mark_safe
 from studio.rendering.ansi import strip_ansi
 
 
+def breaks_before(previous: tuple[str, str] | None, op: str, text: str) -> bool:
+    """Whether lines removed then lines added need a line break between them to show as
+    lines: a removed text that spans lines and ends without one (the text's last line) would
+    run on into the first added line ("…tree cleanOn branch dev"). Display only: the pieces
+    stay the texts as they are."""
+    if previous is None or previous[0] != "delete" or op != "insert":
+        return False
+    removed = previous[1]
+    return not removed.endswith("\n") and ("\n" in removed or "\n" in text)
+
+
 def diff_html(pieces: Iterable[tuple[str, str]] | None) -> SafeString:
-    """The pieces as HTML: "equal" text escaped, "delete" in <del>, "insert" in <ins>."""
+    """The pieces as HTML: "equal" text escaped, "delete" in <del>, "insert" in <ins>; lines
+    removed then added are shown as lines (`breaks_before`)."""
     out: list[str] = []
+    previous: tuple[str, str] | None = None
     for op, raw in pieces or ():
         text = strip_ansi(raw)
+        if breaks_before(previous, op, text):
+            out.append("\n")
+        previous = (op, text)
         if op == "equal":
             out.append(escape(text))
         elif op == "delete":
@@ -114,6 +130,8 @@ def pieces_excerpt_html(pieces: Sequence[tuple[str, str]], budget: int) -> SafeS
     used = 0
     last = len(pieces) - 1
     for k, (op, text) in enumerate(pieces):
+        if k and breaks_before(pieces[k - 1], op, text):
+            out.append("\n")
         if used >= budget:
             left = sum(1 for o, _ in pieces[k:] if o != "equal")
             if left:

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.urls import reverse
 
 from studio.models import Trajectory
 from studio.models.trajectories import BranchStatus
-from studio.services.branches import TreeNode, layout_tree, tree_nodes
+from studio.presenters.model_colours import RECORDED_COLOUR, colour_map, colour_of
+from studio.services.branches import TreeNode, filter_tree_by_model, layout_tree, tree_nodes
+from studio.services.model_identity import ModelIdentity
 
 STATUS_COLORS: dict[str, str] = {
     BranchStatus.READY: "#3b5bdb",
@@ -27,6 +31,100 @@ ORIGIN_SYMBOLS = {
 }
 # Above this many branches, per-node labels would overlap: hover text carries them instead.
 LABEL_LIMIT = 40
+# A group of sibling futures of several models has no one model's colour.
+MIXED_COLOUR = "#ffffff"
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """One world model present in the tree: for the legend and the filter's select."""
+
+    token: str
+    label: str
+    colour: str
+    futures: int  # branches of the tree whose future this model made
+    baseline: bool = False
+
+
+@dataclass
+class TreeModels:
+    choices: list[ModelChoice]
+    colours: dict[str, str]  # model_key -> colour, as on the trajectory page
+
+
+@dataclass(frozen=True)
+class ModelFilter:
+    """`?model=` of the tree: the model asked for, how many of its futures and how many
+    branches (its futures and their ancestors) are shown; or why nothing was filtered."""
+
+    choice: ModelChoice | None
+    matching: int = 0
+    shown: int = 0
+    error: str = ""
+
+
+def model_filter_choices(nodes: Iterable[TreeNode], colours: dict[str, str]) -> TreeModels:
+    """The models of the tree's futures (nodes named by `name_tree_models`), in the order of
+    `colours` (the order they first ran), each with its count of futures."""
+    counts: dict[str, int] = {}
+    firsts: dict[str, ModelIdentity] = {}
+    for n in nodes:
+        if n.identity is None:
+            continue
+        key = n.identity.model_key
+        counts[key] = counts.get(key, 0) + 1
+        firsts.setdefault(key, n.identity)
+    order = [key for key in colours if key in firsts] + [k for k in firsts if k not in colours]
+    return TreeModels(
+        choices=[
+            ModelChoice(
+                token=firsts[key].token,
+                label=firsts[key].label,
+                colour=colour_of(firsts[key], colours),
+                futures=counts[key],
+                baseline=firsts[key].is_baseline,
+            )
+            for key in order
+        ],
+        colours=colours,
+    )
+
+
+def filter_nodes_by_model(
+    nodes: list[TreeNode], token: str, models: TreeModels
+) -> tuple[list[TreeNode], ModelFilter | None]:
+    """The nodes `?model=<token>` asks for (that model's futures and their ancestors)."""
+    token = token.strip()
+    if not token:
+        return nodes, None
+    choice = next((c for c in models.choices if c.token == token), None)
+    if choice is None:
+        return nodes, ModelFilter(
+            choice=None,
+            error=(
+                f"No future of this trajectory was made by the model asked for "
+                f"(model={token[:40]}): all branches are shown."
+            ),
+        )
+    kept, matching = filter_tree_by_model(nodes, token)
+    return kept, ModelFilter(choice=choice, matching=matching, shown=len(kept))
+
+
+def model_words(n: TreeNode) -> str:
+    """The model of a node's future in words, for its label and hover."""
+    if n.identity is not None:
+        return n.identity.label
+    if n.models > 1:
+        return f"{n.models} models"
+    if n.is_group or n.job_id is not None:
+        return "model not known"
+    return "recorded" if n.origin == "recorded" else "no model (made by hand)"
+
+
+def node_colour(n: TreeNode, colours: dict[str, str]) -> str:
+    if n.identity is None and n.models > 1:
+        return MIXED_COLOUR
+    return colour_of(n.identity, colours) if n.identity is not None else RECORDED_COLOUR
 
 
 def plotly_text(value: str) -> str:
@@ -42,12 +140,14 @@ def status_counts(statuses: dict[str, int]) -> str:
 def node_label(n: TreeNode) -> str:
     """What tells a branch from its siblings: its name (a future's names its job, number and
     action), then its status and length; a group says how many and how they ended."""
+    model = f" · {n.identity.short}" if n.identity is not None else ""
     if n.is_group:
-        return f"{n.name} · {status_counts(n.statuses)}"
+        model = model or (f" · {n.models} models" if n.models > 1 else "")
+        return f"{n.name}{model} · {status_counts(n.statuses)}"
     star = "★ " if n.starred else ""
     if n.parent_id is None:
         return f"{star}{n.name} · {n.total_steps} steps"
-    return f"{star}{n.name} · {n.status} · {n.total_steps} steps"
+    return f"{star}{n.name}{model} · {n.status} · {n.total_steps} steps"
 
 
 def node_url(page: str, compare: str, n: TreeNode) -> str:
@@ -65,14 +165,20 @@ def build_tree_figure(
     nodes: list[TreeNode] | None = None,
     *,
     compact: bool = False,
+    colours: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A Plotly figure (plain dict, for json_script) of the trajectory's branch tree.
 
     Each branch is a row: a marker at its fork step (colour = status, symbol = origin), a line
     over its own steps, a connector from the parent's row, and a label at its end. Clicking a
     marker or label opens the branch (customdata holds its URL). `compact` (a narrow side
-    panel) and large trees drop the labels: hover text carries them."""
+    panel) and large trees drop the labels: hover text carries them.
+
+    A marker's fill is the model of its future (`colours`: model_key -> colour, the page's
+    `colour_map`; recorded and hand-made branches dark grey), its outline its status."""
     nodes = layout_tree(nodes if nodes is not None else tree_nodes(trajectory))
+    if colours is None:
+        colours = colour_map(n.identity for n in nodes)
     by_id = {n.pk: n for n in nodes}
     page = reverse("trajectory", args=[trajectory.pk])
     compare = reverse("branch_compare", args=[trajectory.pk])
@@ -96,6 +202,7 @@ def build_tree_figure(
         "<br>".join(
             [
                 f"<b>{plotly_text(n.name)}</b>",
+                f"model: {plotly_text(model_words(n))}",
                 f"fork step: {n.fork_index}",
                 f"statuses: {status_counts(n.statuses)}",
                 "click for their outcomes",
@@ -105,6 +212,12 @@ def build_tree_figure(
         else "<br>".join(
             [
                 f"<b>{plotly_text(n.name)}</b> (branch {n.pk})",
+                f"model: {plotly_text(model_words(n))}",
+                *(
+                    [plotly_text(n.identity.full.removeprefix(n.identity.label).strip(" ·"))]
+                    if n.identity is not None and n.identity.full != n.identity.label
+                    else []
+                ),
                 f"fork step: {n.fork_index if n.parent_id else 'root'}",
                 f"origin: {n.origin} · status: {n.status}",
                 f"steps: {n.total_steps} ({n.own_steps} own)",
@@ -150,9 +263,12 @@ def build_tree_figure(
                 "size": [
                     (16 if n.is_group else 9) if many else (18 if n.is_group else 12) for n in nodes
                 ],
-                "color": [STATUS_COLORS.get(n.status, "#495057") for n in nodes],
+                "color": [node_colour(n, colours) for n in nodes],
                 "symbol": [ORIGIN_SYMBOLS.get(n.origin, "circle") for n in nodes],
-                "line": {"color": "#fff", "width": 1},
+                "line": {
+                    "color": [STATUS_COLORS.get(n.status, "#495057") for n in nodes],
+                    "width": 2.5,
+                },
             },
             "showlegend": False,
             "name": "branches",

@@ -16,6 +16,7 @@ from django.db.models import Count
 
 from studio.models import Branch, Trajectory
 from studio.models.trajectories import BranchStatus
+from studio.services.model_identity import ModelIdentity, identities_of_jobs
 
 ACTIVE_STATUSES = (BranchStatus.QUEUED, BranchStatus.RUNNING)
 
@@ -106,6 +107,10 @@ class TreeNode:
     # A collapsed group of sibling futures (`group_forks`): how many, their statuses, ids.
     members: list[int] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
+    # The world model of its future (None: recorded or hand-made; `name_tree_models`); a
+    # group's when all its members share one model, else None and `models` > 1.
+    identity: ModelIdentity | None = None
+    models: int = 0
 
     @property
     def is_group(self) -> bool:
@@ -235,9 +240,40 @@ def group_forks(
                 sample_index=min(m.sample_index for m in members),
                 members=[m.pk for m in members],
                 statuses=dict(statuses),
+                identity=_shared_identity(members),
+                models=len({m.identity.model_key for m in members if m.identity is not None}),
             )
         )
     return [n for n in nodes if n.pk not in grouped] + groups
+
+
+def _shared_identity(members: Sequence[TreeNode]) -> ModelIdentity | None:
+    keys = {m.identity.model_key if m.identity is not None else None for m in members}
+    return members[0].identity if len(keys) == 1 else None
+
+
+def name_tree_models(nodes: Sequence[TreeNode]) -> None:
+    """Fill each node's `identity` (one query for all the tree's jobs)."""
+    identities = identities_of_jobs(n.job_id for n in nodes)
+    for n in nodes:
+        n.identity = identities.get(n.job_id) if n.job_id is not None else None
+
+
+def filter_tree_by_model(nodes: Sequence[TreeNode], token: str) -> tuple[list[TreeNode], int]:
+    """The futures of one model (`ModelIdentity.token`) and their ancestors, which keep the
+    tree connected whatever model made them; and how many nodes are that model's own."""
+    by_id = {n.pk: n for n in nodes}
+    kept: set[int] = set()
+    matching = 0
+    for n in nodes:
+        if n.identity is None or n.identity.token != token:
+            continue
+        matching += 1
+        node: TreeNode | None = n
+        while node is not None and node.pk not in kept:
+            kept.add(node.pk)
+            node = by_id.get(node.parent_id) if node.parent_id is not None else None
+    return [n for n in nodes if n.pk in kept], matching
 
 
 # ---- shared steps -------------------------------------------------------------------------

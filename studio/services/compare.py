@@ -2,7 +2,8 @@
 
 Only the steps where the selected branches differ are rows: a run of steps whose action and
 observation are the same in every branch is one `CompareRun` ("N identical steps (k–m)"),
-which opens window by window. The page holds the first window; each window says where the
+which opens window by window. A step that no selected branch has is no row at all; one that
+some lack is a row whose cells for them are empty. The page holds the first window; each window says where the
 next one starts, and the page loads it when it scrolls into view.
 
 Telling identical steps apart costs what the database reads, so it reads as little as it
@@ -212,16 +213,21 @@ def _column_steps(comparison: Comparison, meta: _Meta, index: int) -> list[int |
     return out
 
 
-def _identical_indexes(comparison: Comparison, lo: int, hi: int) -> tuple[set[int], int]:
+def _identical_indexes(comparison: Comparison, lo: int, hi: int) -> tuple[set[int], set[int], int]:
     """The indexes lo..hi where every selected branch shows the same action and observation,
-    and how many bytes of step texts were read to find them."""
+    those where none has a step (no row at all), and how many bytes of step texts were read
+    to find them."""
     meta = _step_meta(comparison, lo, hi)
     by_pk = {pk: (a, o) for pk, a, o in meta.values()}
     identical: set[int] = set()
+    empty: set[int] = set()
     to_read: dict[int, list[int]] = {}
     for index in range(lo, hi + 1):
         pks = _column_steps(comparison, meta, index)
         distinct = set(pks)
+        if distinct == {None}:
+            empty.add(index)
+            continue
         if None in distinct:
             continue  # a branch without this step differs from one with it
         if len(distinct) == 1:
@@ -229,7 +235,7 @@ def _identical_indexes(comparison: Comparison, lo: int, hi: int) -> tuple[set[in
         elif len({by_pk[pk] for pk in distinct if pk is not None}) == 1:
             to_read[index] = [pk for pk in distinct if pk is not None]
     if not to_read:
-        return identical, 0
+        return identical, empty, 0
     texts = {
         pk: (action, observation)
         for pk, action, observation in Step.objects.filter(
@@ -240,7 +246,7 @@ def _identical_indexes(comparison: Comparison, lo: int, hi: int) -> tuple[set[in
         first = texts[read[0]]
         if all(texts[pk] == first for pk in read[1:]):  # memcmp, no hashing of 100 KB texts
             identical.add(index)
-    return identical, sum(sum(by_pk[pk]) for read in to_read.values() for pk in read)
+    return identical, empty, sum(sum(by_pk[pk]) for read in to_read.values() for pk in read)
 
 
 def scan_window(
@@ -259,9 +265,16 @@ def scan_window(
     lo, read, found = start, 0, 0
     while lo <= comparison.last and found < budget.rows and read < budget.read_bytes:
         hi = min(comparison.last, lo + SCAN_CHUNK - 1)
-        identical, cost = _identical_indexes(comparison, lo, hi)
+        identical, empty, cost = _identical_indexes(comparison, lo, hi)
         read += cost
         for index in range(lo, hi + 1):
+            if index in empty:
+                # no selected branch has this step (a gap): no row, and a run of identical
+                # steps ends before it (its count and range stay true)
+                if run is not None:
+                    layout.append(CompareRun(run, index - 1))
+                    run = None
+                continue
             if index in identical:
                 if run is None:
                     run = index
@@ -307,11 +320,16 @@ def _fill(
     built = {
         row.index: row for row in build_rows(comparison, indexes, diff_chars=budget.diff_chars)
     }
+    # the rows built are the first steps any branch has; an index before the last of them
+    # (or any, when none was built) that has no row is a step no branch has: skipped
+    last_built = max(built, default=None)
     for item in layout:
         if isinstance(item, CompareRun):
             window.items.append(item)
         elif item in built:
             window.items.append(built[item])
+        elif last_built is None or item < last_built:
+            continue
         else:
             window.next_start, window.open_run = item, None
             break
@@ -342,6 +360,8 @@ def build_rows(
     for index in indexes:
         if rows and diffed >= diff_chars:
             break
+        if not any(columns[index]):
+            continue  # no selected branch has this step: no row
         recorded_pk = recorded[index]
         rows.append(
             _row(
@@ -374,10 +394,12 @@ def _row(
 
 
 def compare_row(comparison: Comparison, index: int) -> CompareRow | None:
-    """One row (for "Show all" on one of its cells), or None past the last step."""
+    """One row (for "Show all" on one of its cells), or None past the last step or where no
+    branch has this step."""
     if not 0 <= index <= comparison.last:
         return None
-    return build_rows(comparison, [index])[0]
+    rows = build_rows(comparison, [index])
+    return rows[0] if rows else None
 
 
 def compare_cell(

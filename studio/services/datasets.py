@@ -58,6 +58,7 @@ from studio.models import (
 )
 from studio.queues import queue_name
 from studio.services import job_limits
+from studio.services.model_identity import identities_of_jobs, world_model_dict
 from studio.services.queues import QueueData, counted_annotations, steps_for
 
 MAX_ITEMS = 200_000
@@ -363,12 +364,33 @@ _NO_META: dict[str, Any] = {}
 _FILE_META: dict[str, Any] = {"awb_source": True}
 
 
+_RECORDED_MODEL = world_model_dict(None)
+_UNKNOWN_MODEL = world_model_dict(None, recorded=False)
+
+
+def _world_model_of(
+    row: tuple,
+    meta: dict[str, Any],
+    segment_jobs: dict[int, int | None],
+    identities: dict[int, dict[str, Any]],
+) -> dict[str, Any]:
+    """A `STEP_COLUMNS` row's `world_model` (`model_identity.job_of_step`, on plain rows)."""
+    if row[8] == "recorded":
+        return _RECORDED_MODEL
+    # simulated, perturbed, or a rollout's final answer (its run names the agent too)
+    job = meta.get("job")
+    if not isinstance(job, int) or isinstance(job, bool):
+        job = segment_jobs.get(row[1])
+    return identities.get(job, _UNKNOWN_MODEL) if job is not None else _UNKNOWN_MODEL
+
+
 def _export_turn(
     row: tuple,
     correction: str | None,
     meta: dict[str, Any],
     from_file: bool = False,
     rejected: bool = False,
+    world_model: dict[str, Any] | None = None,
 ) -> ExportTurn:
     """A step (a `STEP_COLUMNS` row, its meta decoded) as an export turn. A corrected step
     keeps no world-model thinking: it reasoned towards the observation that was replaced."""
@@ -395,6 +417,7 @@ def _export_turn(
         source == _FINAL_SOURCE,
         _FILE_META if from_file else _NO_META,
         rejected,
+        world_model,
     )
 
 
@@ -610,6 +633,22 @@ def _contexts(
             awb_task=str(awb.get("task") or "") if source_format == "agentworldbench" else "",
             agent_system_prompt=agent_system if isinstance(agent_system, str) else "",
         )
+    # The model behind each simulated step: the job the step names (an appended branch
+    # holds steps of many jobs), else its branch's; two queries for the whole chunk.
+    segment_jobs = dict(
+        _rows_with_ids(
+            "segment-jobs",
+            lambda ids: Branch.objects.filter(pk__in=ids).values_list("pk", "job_id"),
+            segments,
+        )
+    )
+    step_jobs = {_json(r[9], {}).get("job") if r[8] != "recorded" else None for r in steps} | set(
+        segment_jobs.values()
+    )
+    identities = {
+        pk: world_model_dict(identity)
+        for pk, identity in identities_of_jobs(j for j in step_jobs if isinstance(j, int)).items()
+    }
     found = {}
     for pk, branch in branches.items():
         lineage = lineages[pk]
@@ -622,6 +661,10 @@ def _contexts(
                 if r[2] >= begin and (stop is None or r[2] < stop)
             ]
         metas = [_json(r[9], {}) for r in path]
+        models = [
+            _world_model_of(r, m, segment_jobs, identities)
+            for r, m in zip(path, metas, strict=True)
+        ]
         trajectory = facts[branch.trajectory_id]
         if pk in worlds:  # simulated in a fictional world: its prompt and tools, as it ran
             system_prompt, tools = worlds[pk]
@@ -633,8 +676,8 @@ def _contexts(
             branch=branch,
             trajectory=trajectory,
             steps=[
-                _export_turn(r, fixes.get(r[0]), m, from_file, r[0] in rejected)
-                for r, m in zip(path, metas, strict=True)
+                _export_turn(r, fixes.get(r[0]), m, from_file, r[0] in rejected, model)
+                for r, m, model in zip(path, metas, models, strict=True)
             ],
             position={r[2]: i for i, r in enumerate(path)},
             metas={r[2]: m for r, m in zip(path, metas, strict=True)},

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -139,18 +140,39 @@ def _merged(pieces: DiffPieces) -> DiffPieces:
 
 
 def word_pieces(reference: str, text: str) -> DiffPieces:
-    """`text` against `reference`, word by word. Above WORD_DIFF_LIMIT characters the lines
-    both share at either end are equal pieces and the lines between are diffed word by word
-    when they are under the limit, else line by line."""
-    if len(reference) + len(text) <= WORD_DIFF_LIMIT:
-        return diff_pieces(_WORD.findall(reference), _WORD.findall(text))
+    """`text` against `reference`, word by word within lines: the lines are aligned first,
+    then each changed line that replaces one line is diffed word by word, so a diff of
+    multi-line texts keeps its lines as lines (a change never glues the end of one line to
+    the start of another). Lines replaced by a different number of lines, and a line that
+    kept too little to be worth a word diff (`REWRITE_SHARE`), show as whole lines removed
+    then added. Word diffs stop at WORD_DIFF_LIMIT characters in all; past it changed lines
+    show whole."""
+    if "\n" not in reference and "\n" not in text:
+        if len(reference) + len(text) <= WORD_DIFF_LIMIT:
+            return diff_pieces(_WORD.findall(reference), _WORD.findall(text))
+        return line_pieces(reference, text)
     a, b = reference.splitlines(keepends=True), text.splitlines(keepends=True)
     head, tail = _common_ends(a, b)
-    a_mid, b_mid = "".join(a[head : len(a) - tail]), "".join(b[head : len(b) - tail])
-    if len(a_mid) + len(b_mid) > WORD_DIFF_LIMIT:
-        return line_pieces(reference, text)
+    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
     pieces: DiffPieces = [("equal", "".join(b[:head]))]
-    pieces += diff_pieces(_WORD.findall(a_mid), _WORD.findall(b_mid))
+    budget = WORD_DIFF_LIMIT
+    for op, i1, i2, j1, j2 in align(a_mid, b_mid):
+        old, new = a_mid[i1:i2], b_mid[j1:j2]
+        if op == "equal":
+            pieces.append(("equal", "".join(new)))
+            continue
+        if op == "replace" and len(old) == len(new):
+            for x, y in zip(old, new, strict=True):
+                size = len(x) + len(y)
+                words = diff_pieces(_WORD.findall(x), _WORD.findall(y)) if size <= budget else []
+                kept = sum(len(t) for o, t in words if o == "equal")
+                if words and kept >= REWRITE_SHARE * max(len(x), len(y)):
+                    budget -= size
+                    pieces += words
+                else:
+                    pieces += [("delete", x), ("insert", y)]
+            continue
+        pieces += [("delete", "".join(old)), ("insert", "".join(new))]
     pieces.append(("equal", "".join(b[len(b) - tail :])))
     return _merged(pieces)
 
@@ -163,12 +185,12 @@ def line_pieces(reference: str, text: str) -> DiffPieces:
 
 
 def similarity(reference: str, text: str) -> float | None:
-    """2·matched / total over word tokens (line tokens for long texts), matched being the
-    longest common subsequence; None when the texts differ over too much to align
-    (`alignable`)."""
+    """2·matched / total over word tokens (line tokens for long texts of several lines),
+    matched being the longest common subsequence; None when the texts differ over too much
+    to align (`alignable`)."""
     if reference == text:
         return 1.0
-    lines = len(reference) + len(text) > WORD_DIFF_LIMIT
+    lines = by_lines(reference, text)
     a, b = tokens_of(reference, lines=lines), tokens_of(text, lines=lines)
     head, tail = _common_ends(a, b)
     a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
@@ -178,20 +200,43 @@ def similarity(reference: str, text: str) -> float | None:
     return 2.0 * matched / (len(a) + len(b))
 
 
+def by_lines(reference: str, text: str) -> bool:
+    """Whether texts are compared line by line: long ones that have lines. A text of one
+    long line (canonical JSON has no line breaks) is compared by words: as one line token,
+    a 20 KB JSON value with one number changed would share nothing with the original."""
+    return len(reference) + len(text) > WORD_DIFF_LIMIT and ("\n" in reference or "\n" in text)
+
+
 def tokens_of(text: str, *, lines: bool) -> list[str]:
     """What `similarity` compares: words and separators, or lines for long texts."""
     return text.splitlines() if lines else _WORD.findall(text)
 
 
-def token_similarity(a: list[str], b: list[str], *, autojunk_above: int | None = None) -> float:
-    """2·matched / total over two token lists (difflib's ratio), the common head and tail
-    counted at once. `autojunk_above`: with more tokens than this between them, let difflib
+def token_similarity(
+    a: list[str], b: list[str], *, autojunk_above: int | None = None, cutoff: float = 0.0
+) -> float:
+    """2·matched / total over two token lists, the common head and tail counted at once;
+    matched is their longest common subsequence (`similarity`'s measure) when aligning them
+    stays within MAX_ALIGN_WORK (bit-parallel: a pair of 4 KB JSON observations in well under
+    a millisecond, where difflib's matcher took ~10 ms), else difflib's matching blocks.
+    `autojunk_above`: past the bound, with more tokens than this between them, let difflib
     skip very frequent tokens (faster on long texts, and never higher than the exact ratio:
-    for a threshold test, not for a figure shown)."""
+    for a threshold test, not for a figure shown). `cutoff`: a threshold test; below it the
+    value is only known to be below (0), which lets the alignment stop early (~3x faster)."""
     if not a and not b:
         return 1.0
     head, tail = _common_ends(a, b)
     a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
+    if alignable(a_mid, b_mid):
+        needed = math.ceil(cutoff * (len(a) + len(b)) / 2) - head - tail
+        if needed <= 0:
+            matched = head + tail + LCSseq.similarity(a_mid, b_mid)
+        else:
+            found = LCSseq.similarity(a_mid, b_mid, score_cutoff=needed)
+            if not found:
+                return 0.0
+            matched = head + tail + found
+        return 2.0 * matched / (len(a) + len(b))
     junk = autojunk_above is not None and len(a_mid) + len(b_mid) > autojunk_above
     matcher = difflib.SequenceMatcher(None, a_mid, b_mid, autojunk=junk)
     matched = head + tail + sum(block.size for block in matcher.get_matching_blocks())
@@ -206,10 +251,22 @@ VALUE_CHARS = 300
 REWRITE_SHARE = 0.3
 
 _canonical = canonical_json
+# One encoder for scalars (json.dumps with options builds an encoder per call): a JSON diff of
+# two 20 KB observations shows thousands of changed scalar values.
+_SCALAR = json.JSONEncoder(ensure_ascii=False)
+
+
+def _canonical_value(value: Any) -> str:
+    """`canonical_json`, at once for a scalar."""
+    if isinstance(value, float) and value.is_integer():
+        return _SCALAR.encode(int(value))
+    if value is None or isinstance(value, str | int | float):
+        return _SCALAR.encode(value)
+    return _canonical(value)
 
 
 def _shown(value: Any) -> str:
-    text = _canonical(value)
+    text = _canonical_value(value)
     return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
@@ -238,6 +295,25 @@ def _same_scalar(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+# The canonical texts of a list's items, by the list (kept here, so its id is not reused):
+# the outcomes of a fork are each diffed against the same recorded value (one parsed object,
+# `json_value` is cached), whose items would otherwise be made canonical once per outcome.
+_KEYS: dict[int, tuple[list, list[str]]] = {}
+_KEYS_KEPT = 64
+
+
+def _item_keys(values: list) -> list[str]:
+    kept = _KEYS.get(id(values))
+    if kept is not None and kept[0] is values:
+        return kept[1]
+    keys = [_canonical_value(x) for x in values]
+    if len(values) > 8:  # short lists cost less than the bookkeeping
+        while len(_KEYS) >= _KEYS_KEPT:
+            _KEYS.pop(next(iter(_KEYS)), None)
+        _KEYS[id(values)] = (values, keys)
+    return keys
+
+
 def json_changes(a: Any, b: Any, path: str = "$") -> list[JsonChange]:
     """What changed from JSON value `a` to `b`, key by key; list items are aligned by their
     content (an item inserted at the top is one addition, not a change of every item)."""
@@ -254,7 +330,7 @@ def json_changes(a: Any, b: Any, path: str = "$") -> list[JsonChange]:
         return out
     if isinstance(a, list) and isinstance(b, list):
         out = []
-        ka, kb = [_canonical(x) for x in a], [_canonical(x) for x in b]
+        ka, kb = _item_keys(a), _item_keys(b)
         for op, i1, i2, j1, j2 in align(ka, kb):
             if op == "equal":
                 continue

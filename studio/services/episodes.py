@@ -31,7 +31,12 @@ from studio.models import (
 from studio.queues import queue_name
 from studio.services import job_limits, tokens
 from studio.services.endpoints import sampling_defaults, world_input
-from studio.services.simulation import job_fields, world_label, world_of_trajectory
+from studio.services.simulation import (
+    job_fields,
+    trajectory_world_label,
+    world_label,
+    world_of_trajectory,
+)
 from studio.services.worlds import start_trajectory
 
 DEFAULT_MAX_STEPS = 100
@@ -180,11 +185,21 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
     if busy is not None:
         raise EpisodeBusy(busy)
     branch_id = episode.get("branch") or trajectory.root_branch.pk
-    endpoint = (
-        ModelEndpoint.objects.filter(project_id=trajectory.project_id, role=EndpointRole.WORLD)
-        .order_by("-is_default", "name")
-        .first()
-    )
+    world = trajectory_world_label(trajectory)
+    endpoints = ModelEndpoint.objects.filter(
+        project_id=trajectory.project_id, role=EndpointRole.WORLD
+    ).order_by("-is_default", "name")
+    if world is not None:
+        # an episode plays in its world: never answered by the baseline, which reads no
+        # world's prompt (a flight search answered with a recorded calendar)
+        endpoints = endpoints.exclude(kind="retrieval")
+    endpoint = endpoints.first()
+    if endpoint is None and world is not None:
+        raise EpisodeError(
+            f"the episode plays in world {world.get('name')!r}, and the project has no world "
+            "model that reads a world's prompt (the retrieval baseline answers with recorded "
+            "observations): add one on the project's Models page"
+        )
     if endpoint is None:
         raise EpisodeError("the project has no world model to answer")
     data = {
@@ -217,8 +232,12 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
     )
     fields.update(message_id=uuid.uuid4().hex, dispatched_at=timezone.now())
     fields["params"]["reply_to"] = uuid.uuid4().hex  # where its answer is sent (jobs.replies)
-    # the baseline reads no prompt, so it does not claim to run in the world
-    version = world_version_of(trajectory) if request.world_model.backend != "retrieval" else None
+    version = world_version_of(trajectory) if world is not None else None
+    if world is not None and version is None:
+        raise EpisodeError(
+            f"version {world.get('version')} of world {world.get('name')!r}, which this episode "
+            "plays in, was deleted: reset to start an episode in a world that exists"
+        )
     if version is not None:
         fields["world_version_id"], fields["params"]["world"] = version
     try:
@@ -232,7 +251,7 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
         ).exists():
             raise EpisodeError("the previous step is still being answered: wait for it") from None
         if version is not None and not WorldVersion.objects.filter(pk=version[0]).exists():
-            _VERSIONS.clear()  # its world was deleted: go on without it, as a new process would
+            _VERSIONS.clear()  # its world was deleted: the next try reads so and says it
         # else the open step ended between the insert and the check, or the episode went
         raise _Again from None
 

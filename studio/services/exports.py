@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from studio.importers.native import NAME
 from studio.models import Branch
+from studio.services.model_identity import identities_of_jobs, job_of_step, world_model_dict
 
 STEP_FIELDS = (
     "index",
@@ -27,6 +28,18 @@ STEP_FIELDS = (
 
 def export_chunks(branch: Branch) -> Iterator[str]:
     trajectory = branch.trajectory
+    # The model of each simulated step (its own job, else its branch's): the jobs named by
+    # the path's steps and branches, read before the steps stream.
+    lineage = [pk for pk, _ in (branch.lineage or branch.compute_lineage())]
+    branch_jobs = dict(Branch.objects.filter(pk__in=lineage).values_list("pk", "job_id"))
+    named = (
+        branch.all_steps()
+        .exclude(observation_source="recorded")
+        .values_list("meta__job", flat=True)
+    )
+    identities = identities_of_jobs(
+        [*(j for j in named if isinstance(j, int)), *branch_jobs.values(), branch.job_id]
+    )
     head = {
         "title": trajectory.title if branch.is_root else f"{trajectory.title} · {branch.name}",
         "domain": trajectory.domain,
@@ -42,6 +55,7 @@ def export_chunks(branch: Branch) -> Iterator[str]:
                 "fork_index": branch.fork_index,
                 "job": branch.job_id,
                 "sample_index": branch.sample_index,
+                "world_model": world_model_dict(identities.get(branch.job_id or 0)),
             },
         },
     }
@@ -49,8 +63,13 @@ def export_chunks(branch: Branch) -> Iterator[str]:
     # ... "metadata": {...}}]}  ->  insert the steps before the closing "}]}"
     yield opening[: -len("}]}")] + ', "steps": ['
     first = True
-    for step in branch.all_steps().only(*STEP_FIELDS).iterator(chunk_size=200):
+    for step in branch.all_steps().only(*STEP_FIELDS, "branch_id").iterator(chunk_size=200):
         item = {name: getattr(step, name) for name in STEP_FIELDS if name != "index"}
+        job = job_of_step(step, branch_jobs)
+        item["world_model"] = world_model_dict(
+            identities.get(job) if job is not None else None,
+            recorded=step.observation_source == "recorded",
+        )
         yield ("" if first else ", ") + json.dumps(item, ensure_ascii=False)
         first = False
     yield "]}]}\n"

@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inference.simulation.meaning import canonical_json, json_value, normalise_text
 from studio.models import Branch, Step
 from studio.models.trajectories import BranchOrigin, BranchStatus, ParseStatus
 from studio.services.diffs import (
-    WORD_DIFF_LIMIT,
     MeaningDiff,
+    by_lines,
     meaning_diff,
     meaning_key,
     meaning_similarity,
     token_similarity,
     tokens_of,
 )
+from studio.services.model_identity import ModelIdentity, identity_of_branch
 
 # Two observations this similar (formatting ignored) are near-duplicates: the same outcome.
 NEAR_DUPLICATE = 0.9
@@ -51,6 +53,12 @@ class Outcome:
     @property
     def size(self) -> int:
         return len(self.branches)
+
+    @property
+    def jobs(self) -> list[tuple[int, int]]:
+        """(job id, futures of this outcome from it), in order of first appearance."""
+        counts = Counter(b.job_id for b in self.branches if b.job_id is not None)
+        return list(counts.items())
 
 
 @dataclass
@@ -82,6 +90,47 @@ class ActionGroup:
 
 
 @dataclass
+class ModelGroup:
+    """The futures of one action made by one model run one way (`ModelIdentity.key`): their
+    outcomes, with shares of this group alone."""
+
+    key: str  # identity.key, or "" for futures no job made (or whose job was deleted)
+    identity: ModelIdentity | None
+    children: list[Branch]
+    number: int = 1  # 1, 2, ... in the order of the page (largest group first)
+    outcomes: list[Outcome] = field(default_factory=list)
+    malformed: list[Branch] = field(default_factory=list)  # no or unclosed tag
+    failed: list[Branch] = field(default_factory=list)  # no step there, and the future failed
+    ended: list[Branch] = field(default_factory=list)  # no step there: it stopped before
+    unfinished: list[Branch] = field(default_factory=list)  # queued, running, cancelled
+    near_incomplete: bool = False  # NEAR_PAIR_BUDGET ran out before every pair was checked
+
+    @property
+    def size(self) -> int:
+        return len(self.children)
+
+    @property
+    def counted(self) -> int:
+        """Futures in an outcome: the base of this group's shares."""
+        return sum(o.size for o in self.outcomes)
+
+    @property
+    def jobs(self) -> list[int]:
+        """The jobs these futures came from, in order of first appearance."""
+        return list(dict.fromkeys(b.job_id for b in self.children if b.job_id is not None))
+
+    @property
+    def apart(self) -> list[tuple[str, list[Branch]]]:
+        """The futures without an outcome, by why (the page's rows and bars)."""
+        return [
+            ("malformed", self.malformed),
+            ("failed", self.failed),
+            ("ended before", self.ended),
+            ("unfinished", self.unfinished),
+        ]
+
+
+@dataclass
 class FutureSummary:
     parent: Branch
     fork_index: int
@@ -89,25 +138,58 @@ class FutureSummary:
     children: list[Branch]  # the futures summarised: those of `action`
     actions: list[ActionGroup] = field(default_factory=list)  # every action, largest first
     action: ActionGroup | None = None
-    outcomes: list[Outcome] = field(default_factory=list)
-    malformed: list[Branch] = field(default_factory=list)  # no or unclosed tag
-    failed: list[Branch] = field(default_factory=list)  # failed, or no step there
-    unfinished: list[Branch] = field(default_factory=list)  # queued, running, cancelled
+    models: list[ModelGroup] = field(default_factory=list)  # of `action`, largest first
     recorded: Step | None = None  # the recorded observation at `at`, when there is one
-    near_incomplete: bool = False  # NEAR_PAIR_BUDGET ran out before every pair was checked
 
     @property
     def perturbed(self) -> bool:
         """Some futures had a perturbation at the fork step."""
         return any(g.perturbation for g in self.actions)
 
+    # Totals over the model groups: counts only (a share is of one group, never of these).
+    @property
+    def outcomes(self) -> list[Outcome]:
+        return [o for g in self.models for o in g.outcomes]
+
+    @property
+    def malformed(self) -> list[Branch]:
+        return [b for g in self.models for b in g.malformed]
+
+    @property
+    def failed(self) -> list[Branch]:
+        return [b for g in self.models for b in g.failed]
+
+    @property
+    def ended(self) -> list[Branch]:
+        return [b for g in self.models for b in g.ended]
+
+    @property
+    def unfinished(self) -> list[Branch]:
+        return [b for g in self.models for b in g.unfinished]
+
     @property
     def counted(self) -> int:
-        """Futures in an outcome: the base of the shares."""
-        return sum(o.size for o in self.outcomes)
+        """Futures in an outcome, over every model group."""
+        return sum(g.counted for g in self.models)
+
+    @property
+    def near_incomplete(self) -> bool:
+        return any(g.near_incomplete for g in self.models)
+
+    @property
+    def jobs(self) -> list[int]:
+        return list(dict.fromkeys(b.job_id for b in self.children if b.job_id is not None))
 
     def representatives(self, limit: int) -> list[Branch]:
-        return [o.representative for o in self.outcomes[:limit]]
+        """The representatives of the largest outcomes, each model's in turn (its first
+        outcome, then every model's second, ...), so that every model shows."""
+        out: list[Branch] = []
+        depth = max((len(g.outcomes) for g in self.models), default=0)
+        for k in range(depth):
+            for group in self.models:
+                if k < len(group.outcomes) and len(out) < limit:
+                    out.append(group.outcomes[k].representative)
+        return out
 
 
 def _label(i: int) -> str:
@@ -175,7 +257,7 @@ def _near(a: _Compared, b: _Compared) -> tuple[bool, bool]:
     """(similar enough to be one outcome, a full comparison was needed). Upper bounds on
     the same tokens as the similarity first: lengths, then shared token counts."""
     as_json = a.canonical is not None and b.canonical is not None
-    lines = len(a.text(as_json)) + len(b.text(as_json)) > WORD_DIFF_LIMIT
+    lines = by_lines(a.text(as_json), b.text(as_json))
     (ta, ca), (tb, cb) = a.tokens(as_json, lines), b.tokens(as_json, lines)
     total = len(ta) + len(tb)
     if not total:
@@ -184,7 +266,7 @@ def _near(a: _Compared, b: _Compared) -> tuple[bool, bool]:
         return False, False
     if 2.0 * sum((ca & cb).values()) / total < NEAR_DUPLICATE:
         return False, False
-    ratio = token_similarity(ta, tb, autojunk_above=NEAR_AUTOJUNK_TOKENS)
+    ratio = token_similarity(ta, tb, autojunk_above=NEAR_AUTOJUNK_TOKENS, cutoff=NEAR_DUPLICATE)
     return ratio >= NEAR_DUPLICATE, True
 
 
@@ -214,17 +296,38 @@ def _group_by_action(
     return sorted(groups.values(), key=lambda g: -g.size)  # stable: first seen first
 
 
+def _group_by_model(children: list[Branch]) -> list[ModelGroup]:
+    """The futures by model identity (`ModelIdentity.key`), largest group first (stable:
+    first seen first among equals)."""
+    groups: dict[str, ModelGroup] = {}
+    for child in children:
+        identity = identity_of_branch(child)
+        key = identity.key if identity is not None else ""
+        if key not in groups:
+            groups[key] = ModelGroup(key=key, identity=identity, children=[])
+        groups[key].children.append(child)
+    ordered = sorted(groups.values(), key=lambda g: -g.size)
+    for number, group in enumerate(ordered, start=1):
+        group.number = number
+    return ordered
+
+
 def summarise_fork(
     parent: Branch, fork_index: int, *, at: int | None = None, action: str | None = None
 ) -> FutureSummary:
     """Group the observations at step `at` (default: the fork step) of `parent`'s futures
     forked at `fork_index` that were given the action whose key is `action` (default: the
-    action most futures were given)."""
+    action most futures were given), each model's futures apart."""
     at = fork_index if at is None else at
     futures = _futures_of(parent, fork_index)
     root = Branch.objects.get(trajectory_id=parent.trajectory_id, parent__isnull=True)
     recorded_steps = {s.index: s for s in root.all_steps().filter(index__in={at, fork_index})}
-    fork_steps = {s.branch_id: s for s in Step.objects.filter(branch__in=futures, index=fork_index)}
+    fork_steps = {
+        s.branch_id: s
+        for s in Step.objects.filter(branch__in=futures, index=fork_index).defer(
+            "raw_prompt", "raw_output", "thinking"
+        )
+    }
     recorded_fork = recorded_steps.get(fork_index)
     actions = _group_by_action(
         futures, fork_steps, recorded_fork.action if recorded_fork is not None else None
@@ -238,41 +341,58 @@ def summarise_fork(
         children=children,
         actions=actions,
         action=chosen,
+        models=_group_by_model(children),
         recorded=recorded_steps.get(at),
     )
     if at == fork_index:
         mine = {c.pk for c in children}
         steps = {pk: s for pk, s in fork_steps.items() if pk in mine}
     else:
-        steps = {s.branch_id: s for s in Step.objects.filter(branch__in=children, index=at)}
-    # exact groups, in the order of first appearance
+        steps = {
+            s.branch_id: s
+            for s in Step.objects.filter(branch__in=children, index=at).defer(
+                "raw_prompt", "raw_output", "thinking"
+            )
+        }
+    budget = [NEAR_PAIR_BUDGET]  # shared by the groups: it bounds the page's work
+    for group in summary.models:
+        _summarise_group(group, steps, summary.recorded, budget)
+    return summary
+
+
+def _summarise_group(
+    group: ModelGroup, steps: dict[int, Step], recorded: Step | None, budget: list[int]
+) -> None:
+    """The outcomes of one model's futures. A future with an observation at the step counts
+    there whatever became of it later (a rollout that failed two steps on still has this
+    outcome); one without is failed, stopped before, or not finished yet."""
     groups: dict[str, list[Branch]] = {}
-    for child in children:
+    for child in group.children:
         step = steps.get(child.pk)
-        if child.status in (BranchStatus.QUEUED, BranchStatus.RUNNING) or (
-            step is None and child.status == BranchStatus.CANCELLED
-        ):
-            summary.unfinished.append(child)
-        elif step is None or child.status == BranchStatus.FAILED:
-            summary.failed.append(child)
+        if step is None:
+            if child.status in (BranchStatus.QUEUED, BranchStatus.RUNNING, BranchStatus.CANCELLED):
+                group.unfinished.append(child)
+            elif child.status == BranchStatus.FAILED:
+                group.failed.append(child)
+            else:  # succeeded or ready without this step: its run ended before it
+                group.ended.append(child)
         elif step.parse_status in MALFORMED:
-            summary.malformed.append(child)
+            group.malformed.append(child)
         else:
             groups.setdefault(meaning_key(step.observation), []).append(child)
     # near-duplicates join the largest similar group (groups largest first)
     merged: list[dict] = []
-    budget = NEAR_PAIR_BUDGET
     for members in sorted(groups.values(), key=len, reverse=True):
         compared = _Compared(steps[members[0].pk].observation)
         target = None
-        for group in merged:
-            if budget <= 0:
-                summary.near_incomplete = True
+        for candidate in merged:
+            if budget[0] <= 0:
+                group.near_incomplete = True
                 break
-            near, full = _near(group["compared"], compared)
-            budget -= full
+            near, full = _near(candidate["compared"], compared)
+            budget[0] -= full
             if near:
-                target = group
+                target = candidate
                 break
         if target is None:
             merged.append({"members": list(members), "exact": True, "compared": compared})
@@ -281,8 +401,8 @@ def summarise_fork(
             target["exact"] = False
     merged.sort(key=lambda g: len(g["members"]), reverse=True)
     counted = sum(len(g["members"]) for g in merged)
-    for i, group in enumerate(merged):
-        members, exact = group["members"], group["exact"]
+    for i, found in enumerate(merged):
+        members, exact = found["members"], found["exact"]
         rep = members[0]
         step = steps[rep.pk]
         outcome = Outcome(
@@ -293,29 +413,40 @@ def summarise_fork(
             share=len(members) / counted if counted else 0.0,
             exact=exact,
         )
-        if summary.recorded is not None:
-            outcome.vs_recorded = meaning_diff(summary.recorded.observation, step.observation)
-            outcome.similarity_to_recorded = meaning_similarity(
-                summary.recorded.observation, step.observation
+        if recorded is not None:
+            outcome.vs_recorded = meaning_diff(recorded.observation, step.observation)
+            outcome.similarity_to_recorded = (
+                1.0
+                if outcome.vs_recorded.same
+                else meaning_similarity(recorded.observation, step.observation)
             )
-        summary.outcomes.append(outcome)
-    return summary
+        group.outcomes.append(outcome)
 
 
-def default_columns(summary: FutureSummary, limit: int = 6) -> list[Branch]:
+def default_columns(
+    summary: FutureSummary, limit: int = 6, *, keep: Callable[[Branch], bool] | None = None
+) -> list[Branch]:
     """What a fork's compare shows by default: the recorded branch (the fork's parent when
-    the recorded trajectory has no such step) and one representative per outcome, then the
-    malformed and failed futures, at most `limit` columns."""
+    the recorded trajectory has no such step) and one representative per outcome (each
+    model's largest first), then the malformed and failed futures, at most `limit` columns.
+    `keep`: only futures it keeps (a filter by model)."""
     reference = summary.parent
     if summary.recorded is not None:
         reference = Branch.objects.get(pk=summary.recorded.branch_id)
     columns = [reference]
-    candidates = [*summary.representatives(limit), *summary.malformed, *summary.failed]
+    candidates = [
+        *summary.representatives(limit),
+        *summary.malformed,
+        *summary.failed,
+        *summary.ended,
+    ]
     if summary.perturbed:
         # perturbations at the fork (a sweep): side by side, one future of each (this
         # one's representative first)
         others = [g.branches[0] for g in summary.actions if g is not summary.action]
         candidates = [*summary.representatives(1), *others, *candidates]
+    if keep is not None:
+        candidates = [b for b in candidates if keep(b)]
     for branch in candidates:
         if len(columns) == limit:
             break

@@ -4,15 +4,26 @@ perturbed, as two one-future jobs on the project's default world model."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import uuid4
 
 from django.db import transaction
+from django.db.models import Q
 
 from inference.simulation.request import InvalidRequest
 from studio.demo_data.scenarios import Scenario
-from studio.models import Branch, EndpointRole, Project, SimulationJob, Step, Trajectory
+from studio.models import (
+    Branch,
+    EndpointRole,
+    ModelEndpoint,
+    Project,
+    SimulationJob,
+    Step,
+    Trajectory,
+)
 from studio.services.endpoints import default_endpoint, sampling_defaults, world_input
+from studio.services.model_identity import IDENTITY_FIELDS, ModelIdentity, identity_of_job
 from studio.services.simulation import build_request, start_simulation
 
 PLAIN, PERTURBED = "plain", "perturbed"
@@ -26,6 +37,11 @@ class Variant:
     step: Step | None = None
     sample: str = ""  # shown instead of a run: a prompted perturbation without a model
 
+    @property
+    def identity(self) -> ModelIdentity | None:
+        """The world model that ran it (kept on the job: true after the endpoint changes)."""
+        return identity_of_job(self.job) if self.job is not None else None
+
 
 @dataclass
 class ScenarioState:
@@ -35,6 +51,8 @@ class ScenarioState:
     model_name: str
     plain: Variant
     perturbed: Variant
+    # The world model a run would use now: the project's default (None: none configured).
+    model: ModelIdentity | None = None
 
     @property
     def running(self) -> bool:
@@ -65,38 +83,106 @@ def has_neural_world_model(project: Project) -> bool:
     return _world_model(project)[1]
 
 
-def _latest(project: Project, s: Scenario, variant: str, run: str | None = None) -> Variant:
-    jobs = SimulationJob.objects.filter(
-        trajectory__project=project, params__scenario__key=s.key, params__scenario__variant=variant
+def endpoint_identity(endpoint: ModelEndpoint | None) -> ModelIdentity | None:
+    """The model an endpoint would run, named as a job of it will be."""
+    if endpoint is None:
+        return None
+    retrieval = endpoint.kind == "retrieval"
+    return ModelIdentity(
+        backend=endpoint.kind, name=endpoint.name, model="" if retrieval else endpoint.model
     )
-    if run is not None:
-        jobs = jobs.filter(params__scenario__run=run)
-    job = jobs.order_by("-created_at", "-pk").first()
+
+
+# A gallery job's columns the page reads: its live text and prompt copy stay in the database.
+_JOB_FIELDS = (*IDENTITY_FIELDS, "status", "error", "created_at", "fork_index", "trajectory_id")
+
+
+def gallery_states(project: Project, scenarios: Sequence[Scenario]) -> list[ScenarioState]:
+    """Where each scenario stands, in a handful of queries whatever the number of scenarios
+    and of runs: the trajectories, the default endpoint, the gallery's jobs of those
+    trajectories (found by their trajectory, an indexed column, before their labels), their
+    branches and the step each shows."""
+    titles = {(s.domain, s.trajectory_title) for s in scenarios}
+    trajectories: dict[tuple[str, str], Trajectory] = {}
+    newest_first = (
+        Trajectory.objects.filter(project=project, title__in=[title for _, title in titles])
+        .only("id", "project_id", "domain", "title", "created_at")
+        .order_by("-created_at", "-id")
+    )
+    for t in newest_first:
+        if (t.domain, t.title) in titles:
+            trajectories.setdefault((t.domain, t.title), t)  # the newest of a title
+    endpoint, neural = _world_model(project)
+    keys = {s.key for s in scenarios}
+    latest: dict[tuple[str, str, str | None], SimulationJob] = {}
+    jobs = (
+        SimulationJob.objects.filter(trajectory__in=list(trajectories.values()))
+        .filter(params__has_key="scenario")
+        .only(*_JOB_FIELDS)
+        .order_by("-created_at", "-pk")
+    )
+    for job in jobs:
+        label = (job.params or {}).get("scenario") or {}
+        if not isinstance(label, dict) or label.get("key") not in keys:
+            continue
+        key, variant = str(label.get("key")), str(label.get("variant"))
+        latest.setdefault((key, variant, None), job)  # the newest of each variant
+        # the newest of each variant and run (the runs shown side by side are of one click)
+        latest.setdefault((key, variant, str(label.get("run", ""))), job)
+    variants: dict[int, Variant] = {}
+    states = []
+    for s in scenarios:
+        plain = _variant(latest, s.key, PLAIN, None, variants)
+        run = ((plain.job.params or {}).get("scenario") or {}).get("run", "") if plain.job else None
+        perturbed = (
+            _variant(latest, s.key, PERTURBED, run, variants) if plain.job else Variant(PERTURBED)
+        )
+        if _needs_model(s) and not neural and perturbed.job is None:
+            perturbed.sample = s.sample
+        states.append(
+            ScenarioState(
+                scenario=s,
+                trajectory=trajectories.get((s.domain, s.trajectory_title)),
+                live=neural or not _needs_model(s),
+                model_name=endpoint.name if endpoint is not None else "",
+                plain=plain,
+                perturbed=perturbed,
+                model=endpoint_identity(endpoint),
+            )
+        )
+    _fill_branches_and_steps(variants)
+    return states
+
+
+def _variant(latest, key: str, variant: str, run: str | None, made: dict[int, Variant]) -> Variant:
+    job = latest.get((key, variant, run))
     if job is None:
         return Variant(variant)
-    branch = job.branches.first()
-    step = branch.steps.filter(index=job.fork_index).first() if branch is not None else None
-    return Variant(variant, job, branch, step)
+    made[job.pk] = made.get(job.pk) or Variant(variant, job)
+    return made[job.pk]
+
+
+def _fill_branches_and_steps(variants: dict[int, Variant]) -> None:
+    """Each job's first branch and its step at the fork: two queries for all the cards."""
+    if not variants:
+        return
+    for branch in Branch.objects.filter(job_id__in=list(variants)).order_by("id"):
+        v = variants[branch.job_id]  # type: ignore[index]
+        if v.branch is None:
+            v.branch = branch
+    wanted = {v.branch.pk: v for v in variants.values() if v.branch is not None}
+    if not wanted:
+        return
+    q = Q()
+    for v in wanted.values():
+        assert v.job is not None and v.branch is not None
+        q |= Q(branch_id=v.branch.pk, index=v.job.fork_index)
+    for step in Step.objects.filter(q):
+        wanted[step.branch_id].step = step
 
 
 def scenario_state(project: Project, s: Scenario) -> ScenarioState:
-    trajectory = Trajectory.objects.filter(
-        project=project, domain=s.domain, title=s.trajectory_title
-    ).first()
-    endpoint, neural = _world_model(project)
-    plain = _latest(project, s, PLAIN)
-    run = ((plain.job.params or {}).get("scenario") or {}).get("run", "") if plain.job else None
-    perturbed = _latest(project, s, PERTURBED, run) if plain.job else Variant(PERTURBED)
-    if _needs_model(s) and not neural and perturbed.job is None:
-        perturbed.sample = s.sample
-    return ScenarioState(
-        scenario=s,
-        trajectory=trajectory,
-        live=neural or not _needs_model(s),
-        model_name=endpoint.name if endpoint is not None else "",
-        plain=plain,
-        perturbed=perturbed,
-    )
+    return gallery_states(project, [s])[0]
 
 
 class ScenarioError(ValueError):

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from studio.jobs.runtime import lost_after_s, pulse_is_fresh, read_pulse
+from studio.jobs.runtime import fail_lost, is_silent, lost_after_s, pulse_is_fresh, read_pulse
 from studio.models import JobStatus
 
 
@@ -43,6 +43,9 @@ def request_cancel(model: Any, pk: int) -> None:
             status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now, phase="cancelled"
         ):
             model.objects.filter(pk=pk, status=JobStatus.RUNNING).update(cancel_requested=True)
+    row = model.objects.filter(pk=pk, status=JobStatus.RUNNING).first()
+    if row is not None and is_silent(row, now):
+        fail_lost(model, row, now)  # its worker is gone and will never stop it: settle it now
 
 
 # A job in these may go on again (`reopen`).

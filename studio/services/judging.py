@@ -24,6 +24,7 @@ from inference.prompts import format_observation, format_turn_prompt
 from inference.simulation.meaning import same_meaning
 from studio.models import (
     AnnotationQueue,
+    ArenaRun,
     Branch,
     BranchOrigin,
     JudgeJob,
@@ -59,6 +60,7 @@ class JudgeData:
     branch: Branch | None = None
     fork: SimulationJob | None = None
     queue: AnnotationQueue | None = None
+    arena: ArenaRun | None = None
     temperature: float = 0.6
     max_tokens: int = 32768
     concurrency: int = 8
@@ -69,6 +71,7 @@ def describe(
     branch: Branch | None = None,
     fork: SimulationJob | None = None,
     queue: AnnotationQueue | None = None,
+    arena: ArenaRun | None = None,
 ) -> str:
     """What a judge job scores, in words."""
     if target == JudgeTarget.BRANCH and branch is not None:
@@ -77,13 +80,15 @@ def describe(
         return f"the {fork.n} futures of simulation {fork.pk} at step {fork.fork_index}"
     if target == JudgeTarget.QUEUE and queue is not None:
         return f"queue {queue.name!r}"
-    raise ValueError("a judge job needs a branch, a fork or a queue")
+    if target == JudgeTarget.ARENA and arena is not None:
+        return f"the futures of arena {arena.pk} at step {arena.fork_index}"
+    raise ValueError("a judge job needs a branch, a fork, a queue or an arena")
 
 
 def start_judging(project: Project, user, data: JudgeData) -> JudgeJob:
     """The job row (the caller enqueues it); ValueError when the target has no simulated
     step to judge."""
-    description = describe(data.target, data.branch, data.fork, data.queue)
+    description = describe(data.target, data.branch, data.fork, data.queue, data.arena)
     job = JudgeJob(
         project=project,
         requester=user,
@@ -91,6 +96,7 @@ def start_judging(project: Project, user, data: JudgeData) -> JudgeJob:
         branch=data.branch,
         fork=data.fork,
         annotation_queue=data.queue,
+        arena=data.arena,
         description=description,
         judge_endpoint=data.judge,
         judge_model=data.judge.model,
@@ -143,6 +149,9 @@ def target_steps(job: JudgeJob) -> QuerySet[Step]:
         rows = rows.filter(branch=job.branch)
     elif job.target == JudgeTarget.FORK:
         rows = rows.filter(branch__job=job.fork)
+    elif job.target == JudgeTarget.ARENA and job.arena is not None:
+        # every model's futures, at the fork only: the step all of them answered
+        rows = rows.filter(branch__job__arena_id=job.arena_id, index=job.arena.fork_index)
     else:
         rows = rows.filter(
             pk__in=QueueItem.objects.filter(queue=job.annotation_queue).values("step")

@@ -9,6 +9,8 @@ are presentation: `studio.presenters.model_colours`."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +116,12 @@ class ModelIdentity:
         """The model alone (settings apart): what a filter by model or a colour goes by."""
         return "\x1f".join([self.backend, self.name, self.model])
 
+    @property
+    def token(self) -> str:
+        """`model_key` as a short stable token for URLs (`?model=`): the same model gives
+        the same token on every page and across requests."""
+        return hashlib.sha1(self.model_key.encode()).hexdigest()[:12]
+
     def as_dict(self) -> dict[str, Any]:
         """For export rows and the JSON API."""
         return {
@@ -188,3 +196,76 @@ def identity_of_branch(branch: Any) -> ModelIdentity | None:
     branches with `select_related("job")` to avoid a query each."""
     job = getattr(branch, "job", None)
     return identity_of_job(job) if job is not None else None
+
+
+# The fields `identity_of_job` reads: load jobs with `.only(*IDENTITY_FIELDS)` when only their
+# identity is wanted (a job row also carries its live progress and error text).
+IDENTITY_FIELDS = (
+    "id",
+    "backend",
+    "world_name",
+    "model",
+    "params",
+    "perturbations",
+    "mode",
+    "agent_name",
+    "agent_model",
+)
+
+
+def identities_of_jobs(job_ids: Iterable[int | None]) -> dict[int, ModelIdentity]:
+    """job id -> identity for many jobs in one query (ids that are None are skipped)."""
+    from studio.models import SimulationJob
+
+    ids = {pk for pk in job_ids if pk is not None}
+    if not ids:
+        return {}
+    jobs = SimulationJob.objects.filter(pk__in=ids).only(*IDENTITY_FIELDS)
+    return {job.pk: identity_of_job(job) for job in jobs}
+
+
+def job_of_step(step: Any, branch_jobs: Mapping[int, int | None]) -> int | None:
+    """The job whose model wrote a step's observation: the step says so itself (meta["job"],
+    set by the simulation sink: an appended branch holds steps of many jobs), else its
+    branch's job (`branch_jobs`: branch id -> job id). None: recorded or hand-made."""
+    if getattr(step, "observation_source", "") == "recorded":
+        return None
+    meta = getattr(step, "meta", None) or {}
+    job_id = meta.get("job") if isinstance(meta, dict) else None
+    if isinstance(job_id, int) and not isinstance(job_id, bool):
+        return job_id
+    return branch_jobs.get(step.branch_id)
+
+
+def models_of_trajectory(trajectory_id: int) -> list[ModelIdentity]:
+    """The world models (settings apart: `model_key`) that ran futures of a trajectory, in
+    the order they first ran, in one small query: what a page gives `colour_map` so that a
+    model keeps its colour on the trajectory page, in every window of steps and on the tree."""
+    from django.db.models import Min
+
+    from studio.models import SimulationJob
+
+    rows = (
+        SimulationJob.objects.filter(trajectory_id=trajectory_id)
+        .values("backend", "world_name", "model")
+        .annotate(first=Min("id"))
+        .order_by("first")
+    )
+    return [
+        ModelIdentity(
+            backend=r["backend"],
+            name=r["world_name"] or "",
+            model=(r["model"] or "") if r["backend"] != "retrieval" else "",
+        )
+        for r in rows
+    ]
+
+
+def world_model_dict(identity: ModelIdentity | None, *, recorded: bool = True) -> dict[str, Any]:
+    """The `world_model` of an export row or step: `as_dict()`, or for a step no model wrote
+    the same keys with the label "recorded" ("not known": a simulated step whose job is gone),
+    so the column has one shape in every row (Arrow-backed loaders need that)."""
+    if identity is not None:
+        return identity.as_dict()
+    empty = ModelIdentity(backend="", name="", model="").as_dict()
+    return {**empty, "label": "recorded" if recorded else "not known", "backend": None}

@@ -114,3 +114,33 @@ def labels_in_project(project: Project) -> list[str]:
                 continue
             labels.add(p.label)
     return sorted(labels, key=str.lower)
+
+
+# How a prompted perturbation's badge reads (`perturbing.check_shown`): the model was asked
+# to show it; whether its answer does is checked by form where a check can tell.
+PROMPTED_WORDS = {
+    perturbing.SHOWN: "asked · shown (checked)",
+    perturbing.NOT_SHOWN: "asked · not shown (checked)",
+    perturbing.UNCHECKED: "asked · unchecked",
+}
+PROMPTED_TITLES = {
+    perturbing.SHOWN: "The world model was asked to write this perturbation, and its answer "
+    "has its form (a deterministic check of the observation).",
+    perturbing.NOT_SHOWN: "The world model was asked to write this perturbation, but its answer "
+    "does not have its form (a deterministic check of the observation): it may not show it.",
+    perturbing.UNCHECKED: "The world model was asked to write this perturbation; no "
+    "deterministic check can tell whether its answer shows it (judge the step to know).",
+}
+
+
+def prompted_check(perturbation: Any, observation: str) -> str | None:
+    """For a step's `meta["perturbation"]` of a prompted perturbation: whether the simulated
+    observation shows it (`perturbing.SHOWN`, NOT_SHOWN or UNCHECKED); None for any other."""
+    if not isinstance(perturbation, dict) or perturbation.get("mode") != perturbing.PROMPTED:
+        return None
+    params = perturbation.get("params")
+    return perturbing.check_shown(
+        str(perturbation.get("kind") or ""),
+        observation or "",
+        params if isinstance(params, dict) else {},
+    )

@@ -35,10 +35,12 @@ MAX_ITEMS = 5000
 ORIGINS = {
     "": "any branch",
     "recorded": "recorded branches",
-    # every future simulated from a step: of a replayed action or an edited one
+    # every future simulated from a step: of a replayed action, an edited one or actions a
+    # person typed in the playground
     "simulated": "simulated futures",
-    # the futures of an edited action, and the futures simulated on from them
-    "edited": "futures of an edited action",
+    # the futures of an action a person wrote (edited in the editor, or typed in the
+    # playground: a human action either way), and the futures simulated on from them
+    "edited": "futures of an edited or typed action",
 }
 MAX_REASON_CHARS = 2_000
 
@@ -93,7 +95,7 @@ def steps_for(project: Project, data: QueueData):
         # a future's own steps, whether its first action was replayed or edited
         rows = rows.filter(
             branch__parent__isnull=False,
-            branch__origin__in=[BranchOrigin.SIMULATED, BranchOrigin.EDITED],
+            branch__origin__in=[BranchOrigin.SIMULATED, BranchOrigin.EDITED, BranchOrigin.PLAYED],
         )
     elif data.origin == BranchOrigin.EDITED:
         rows = rows.filter(branch_id__in=_edited_futures(project))
@@ -116,7 +118,12 @@ def _edited_futures(project: Project) -> list[int]:
     """The project's branches that follow an edited action: edited futures and the futures
     simulated on from one (an edited branch on their lineage)."""
     futures = Branch.objects.filter(trajectory__project=project, parent__isnull=False)
-    edited = set(futures.filter(origin=BranchOrigin.EDITED).values_list("pk", flat=True))
+    # a played branch's actions are typed by a person: human-written like an edit
+    edited = set(
+        futures.filter(origin__in=[BranchOrigin.EDITED, BranchOrigin.PLAYED]).values_list(
+            "pk", flat=True
+        )
+    )
     if not edited:
         return []
     return [

@@ -98,6 +98,7 @@ def start_simulation(
     agent_endpoint: ModelEndpoint | None = None,
     world_version: WorldVersion | None = None,
     labels: dict[str, Any] | None = None,
+    origin: str | None = None,
 ) -> SimulationJob:
     """Create the job and its N queued child branches in one transaction. The caller
     enqueues it (`studio.tasks.enqueue_simulation`), which waits for the commit. The
@@ -108,18 +109,12 @@ def start_simulation(
     user_id = getattr(user, "pk", None)
     reads_prompts = request.world_model.backend != "retrieval"
     if world_version is not None and not reads_prompts:
-        raise InvalidRequest(
-            {
-                "world": [
-                    "the retrieval baseline answers with recorded observations and never reads "
-                    "a world's prompt: pick a world model to simulate in a world"
-                ]
-            }
-        )
-    if world_version is None and reads_prompts:
-        # a trajectory started in a world (or an episode) runs in it, and says so; the
-        # baseline, which reads no prompt, does not claim it
-        world_version = world_of_trajectory(branch.trajectory)
+        raise InvalidRequest({"world": [BASELINE_IN_WORLD]})
+    if world_version is None:
+        # a trajectory started in a world (or an episode) runs in it, and says so; it never
+        # runs without it (the baseline, which reads no prompt, would answer a flight search
+        # with a recorded calendar), and a deleted version is said, not silently dropped
+        world_version = trajectory_world_or_refuse(branch.trajectory, request)
     job_limits.check_simulation(branch, request)  # N and history, as the operator allows
     with transaction.atomic():
         job_limits.check_room(branch.trajectory.project_id)  # jobs at once (locks the project)
@@ -136,7 +131,8 @@ def start_simulation(
                 queue=queue_name(request.queue_kind),
             )
         )
-        origin = BranchOrigin.EDITED if request.edited else BranchOrigin.SIMULATED
+        # `origin`: the caller knows better (the playground's branches are PLAYED)
+        origin = origin or (BranchOrigin.EDITED if request.edited else BranchOrigin.SIMULATED)
         children = [
             Branch(
                 trajectory_id=branch.trajectory_id,
@@ -261,6 +257,46 @@ def world_of_trajectory(trajectory) -> WorldVersion | None:
     )
 
 
+BASELINE_IN_WORLD = (
+    "the retrieval baseline answers with recorded observations and never reads a world's "
+    "prompt: pick a world model to simulate in a world"
+)
+
+
+def trajectory_world_or_refuse(trajectory, request: SimulationRequest) -> WorldVersion | None:
+    """The world version a trajectory started in, for a job on it; InvalidRequest when the
+    job cannot honour it: the baseline picked (it reads no world), or the version deleted."""
+    world = trajectory_world_label(trajectory)
+    if world is None:
+        return None
+    named = f"world {world.get('name')!r} v{world.get('version')}"
+    if request.world_model.backend == "retrieval":
+        raise InvalidRequest(
+            {"world": [f"this trajectory was started in {named}; {BASELINE_IN_WORLD}"]}
+        )
+    version = world_of_trajectory(trajectory)
+    if version is None:
+        raise InvalidRequest(
+            {
+                "world": [
+                    f"this trajectory was started in {named}, and that version was deleted: "
+                    "pick a world of the project in the branch editor's World field to go on "
+                    "in one that exists"
+                ]
+            }
+        )
+    return version
+
+
+def trajectory_world_label(trajectory) -> dict[str, Any] | None:
+    """The world a trajectory says it was started in (or an episode played in), as its
+    metadata names it, whether or not that version still exists."""
+    world = (trajectory.metadata or {}).get("world")
+    if not isinstance(world, dict) or trajectory.source_format not in ("world", "episode"):
+        return None
+    return world
+
+
 def world_label(version: WorldVersion) -> dict[str, Any]:
     return {"id": version.world_id, "name": version.world.name, "version": version.number}
 
@@ -317,6 +353,10 @@ def retry_simulation(job: SimulationJob, user=None) -> SimulationJob:
         raise InvalidRequest(
             {"job": [f"job {job.pk} is still {job.status}; cancel it or wait before retrying"]}
         )
+    if job.appends and (job.params or {}).get("played"):
+        raise InvalidRequest(
+            {"job": [f"job {job.pk} is a step played in the playground: play it again there"]}
+        )
     if job.appends:
         raise InvalidRequest(
             {"job": [f"job {job.pk} is a step of an episode: the agent plays it again, not Retry"]}
@@ -332,6 +372,8 @@ def retry_simulation(job: SimulationJob, user=None) -> SimulationJob:
             }
         )
     request = build_request(job.branch, request_input_of(job))
+    # a played step tried again is still a person's (the playground's branch origin)
+    played = (job.params or {}).get("played")
     return start_simulation(
         user=user or job.requester,
         branch=job.branch,
@@ -339,4 +381,6 @@ def retry_simulation(job: SimulationJob, user=None) -> SimulationJob:
         world_endpoint=job.world_endpoint,
         agent_endpoint=job.agent_endpoint,
         world_version=job.world_version,
+        labels={"played": played} if played else None,
+        origin=BranchOrigin.PLAYED if played else None,
     )

@@ -11,7 +11,15 @@ from django.db import transaction
 from django.db.models import Max
 
 from inference import worlds as worlding
-from studio.models import Branch, BranchOrigin, Project, Trajectory, World, WorldVersion
+from studio.models import (
+    Branch,
+    BranchOrigin,
+    Project,
+    SimulationJob,
+    Trajectory,
+    World,
+    WorldVersion,
+)
 
 
 @dataclass
@@ -81,8 +89,26 @@ def start_trajectory(version: WorldVersion, task_instruction: str, user=None) ->
         # its observations are the world model's: the branch is simulated, not recorded
         Branch.objects.create(
             trajectory=trajectory,
-            name="in the world",
+            name="start",  # the page says "in the world …" next to it: no echo
             origin=BranchOrigin.SIMULATED,
             created_by=user,
         )
     return trajectory
+
+
+def deletion_summary(world: World) -> dict:
+    """What deleting `world` removes (its versions) and what it keeps (trajectories started
+    in it, with their steps; jobs that ran in it, which keep its name and version), counted
+    for the confirmation page."""
+    started = Trajectory.objects.filter(
+        project_id=world.project_id,
+        source_format__in=["world", "episode"],
+        metadata__world__id=world.pk,
+    )
+    return {
+        "versions": world.versions.count(),
+        "latest": world.latest,
+        "trajectories": started.count(),
+        "trajectory_rows": list(started.order_by("-created_at").only("id", "title")[:20]),
+        "jobs": SimulationJob.objects.filter(world_version__world=world).count(),
+    }

@@ -46,7 +46,7 @@ async def _auth(ctx) -> tuple[Any, Any]:
 
 
 async def list_tools(ctx, params) -> types.ListToolsResult:
-    from studio.serving.episodes import _db
+    from studio.serving.steps import db as _db
 
     _, world = await _auth(ctx)
     spec = await _db(lambda: world.latest.spec())()
@@ -63,7 +63,8 @@ async def list_tools(ctx, params) -> types.ListToolsResult:
 
 
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-    from studio.serving.episodes import _db, _run_step
+    from studio.serving.steps import db as _db
+    from studio.serving.steps import run_step as _run_step
 
     token, world = await _auth(ctx)
     session = ctx.request.headers.get(SESSION_HEADER, "")  # older protocol versions only
@@ -136,7 +137,7 @@ async def asgi_app(scope, receive, send) -> None:
     from starlette.responses import JSONResponse
 
     from studio.services.tokens import authenticate
-    from studio.serving.episodes import _db
+    from studio.serving.steps import db as _db
 
     request = Request(scope, receive)
     token = await _db(authenticate)(request.path_params.get("token", ""), touch=False)

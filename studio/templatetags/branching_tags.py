@@ -102,11 +102,22 @@ def get_item(mapping, key):
 
 @register.filter
 def rate(value) -> str:
-    """tokens/s with one decimal, or an em dash."""
+    """tokens/s with one decimal; "…" while too little was decoded to measure (None: see
+    `inference.simulation.rates`); an em dash for anything else."""
+    if value is None:
+        return "…"
     try:
         return f"{float(value):.1f}"
     except (TypeError, ValueError):
         return "—"
+
+
+@register.simple_tag
+def rate_rule() -> str:
+    """When a speed is shown, in words (the title of a "…" rate)."""
+    from inference.simulation.rates import MIN_TOKENS, MIN_WINDOW_S
+
+    return f"{MIN_TOKENS} tokens and {MIN_WINDOW_S:g} s have passed since the first token"
 
 
 _OPEN_OBS = "<predicted_observation>"

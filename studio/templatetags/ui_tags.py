@@ -10,6 +10,7 @@ from django.utils.safestring import SafeString
 
 from studio.rendering import render_action, render_observation, render_preview
 from studio.rendering.json_view import render_json_value
+from studio.services.perturbations import PROMPTED_TITLES, PROMPTED_WORDS, prompted_check
 
 register = template.Library()
 
@@ -80,12 +81,22 @@ ACTION_BADGES = {
     "replayed": "replayed",
     "edited": "edited",
     "agent": "agent",
+    "typed": "typed",  # the playground: a person typed the action (not an edit of one)
 }
 OBSERVATION_BADGES = {
     "simulated": "simulated obs",
     "perturbed": "perturbed",
     "none": "final answer",
 }
+
+
+def _observation_text(step) -> str:
+    """The step's observation, from the head a page read (`obs_head`, its observation
+    deferred) when that head is all of it: no query per step."""
+    head, length = getattr(step, "obs_head", None), getattr(step, "obs_len", None)
+    if isinstance(head, str) and length == len(head):
+        return head
+    return getattr(step, "observation", "") or ""
 
 
 @register.simple_tag
@@ -111,6 +122,17 @@ def provenance_badge(step) -> SafeString:
             title = f"{title}: {label} ({perturbation.get('mode', '')})" if perturbation else title
         html += format_html(
             ' <span class="badge prov obs-{}" title="{}">{}</span>', source, title, word
+        )
+    # a prompted perturbation was asked of the model: say whether its answer shows it
+    shown = None
+    if perturbation is not None and perturbation.get("mode") == "prompted":
+        shown = prompted_check(perturbation, _observation_text(step))
+    if shown is not None and action != "recorded":
+        html += format_html(
+            ' <span class="badge prov prompted-{}" title="{}">{}</span>',
+            shown.replace(" ", "-"),
+            PROMPTED_TITLES[shown],
+            PROMPTED_WORDS[shown],
         )
     world = (getattr(step, "meta", None) or {}).get("world")
     if isinstance(world, dict) and world.get("name"):

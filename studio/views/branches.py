@@ -10,13 +10,21 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from inference.simulation.limits import MODES
 from studio.access import get_branch_for_user, get_trajectory_for_user
 from studio.forms.branching import CompareForm, CompareRowsForm, RenameBranchForm
 from studio.http import HtmxHttpRequest, back_url
 from studio.models import Branch, Step
 from studio.models.trajectories import BranchOrigin
+from studio.presenters.compare import column_heads, compare_models, model_filter
 from studio.presenters.futures import outcome_figure
-from studio.presenters.tree import LABEL_LIMIT, build_tree_figure
+from studio.presenters.model_colours import RECORDED_COLOUR, colour_map, colour_of
+from studio.presenters.tree import (
+    LABEL_LIMIT,
+    build_tree_figure,
+    filter_nodes_by_model,
+    model_filter_choices,
+)
 from studio.services.branches import (
     BranchError,
     check_delete_branch,
@@ -26,6 +34,7 @@ from studio.services.branches import (
     group_forks,
     group_key,
     layout_tree,
+    name_tree_models,
     tree_nodes,
 )
 from studio.services.compare import (
@@ -37,6 +46,7 @@ from studio.services.compare import (
     start_comparison,
 )
 from studio.services.futures import default_columns, summarise_fork
+from studio.services.model_identity import identities_of_jobs, models_of_trajectory
 
 
 def _int_or_none(value: str | None) -> int | None:
@@ -75,6 +85,9 @@ def branch_tree(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
     trajectory, membership = get_trajectory_for_user(request, trajectory_id)
     current_id = _current_branch_id(request)
     every = tree_nodes(trajectory)
+    name_tree_models(every)
+    models = model_filter_choices(every, colour_map(models_of_trajectory(trajectory.pk)))
+    shown, model_filter = filter_nodes_by_model(every, request.GET.get("model", ""), models)
     standalone = not request.htmx
     if current_id is None and not standalone:
         # The trajectory page without `?branch=` shows the recorded branch: that is current.
@@ -85,8 +98,10 @@ def branch_tree(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
     current = next((n for n in every if n.pk == current_id), None)
     if current is not None and current.parent_id is not None:
         expanded.add(group_key(current.parent_id, current.fork_index))
-    nodes = layout_tree(group_forks(every, expanded=expanded))
-    figure = build_tree_figure(trajectory, current_id, nodes=nodes, compact=not standalone)
+    nodes = layout_tree(group_forks(shown, expanded=expanded))
+    figure = build_tree_figure(
+        trajectory, current_id, nodes=nodes, compact=not standalone, colours=models.colours
+    )
     by_row = sorted(nodes, key=lambda n: n.y)
     # "Compare all children of one fork" links: children grouped by parent and fork step.
     groups: dict[int, dict[int, int]] = {}
@@ -108,6 +123,9 @@ def branch_tree(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
         "current_id": current_id,
         "collapsed": len(by_row) > LABEL_LIMIT,
         "n_branches": len(every),
+        "models": models,
+        "recorded_colour": RECORDED_COLOUR,
+        "model_filter": model_filter,
         "expand_url": _with_expand(request),
         "here": here,
         "can_edit": membership.can_edit,
@@ -122,6 +140,22 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
     branches = list(trajectory.branches.order_by("pk"))
     asked = any(key in request.GET for key in ("b", "fork"))
     form = CompareForm(request.GET if asked else None, branches=branches)
+    # every column names its model, in the colours of the tree (one query for the jobs)
+    identities = identities_of_jobs(b.job_id for b in branches)
+    colours = colour_map(models_of_trajectory(trajectory.pk))
+    models = compare_models(branches, identities, colours)
+    by_model = model_filter(request.GET.get("model", ""), models)
+    keep = None
+    chosen_model = by_model.choice if by_model is not None else None
+    if chosen_model is not None:
+        token = chosen_model.token
+
+        def keep(b: Branch) -> bool:
+            identity = identities.get(b.job_id) if b.job_id is not None else None
+            return b.origin == BranchOrigin.RECORDED or (
+                identity is not None and identity.token == token
+            )
+
     comparison = None
     diff = "meaning"
     summary = None
@@ -142,8 +176,24 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
                 )
                 summary = None
             else:
-                selected = form.cleaned_data["chosen"] or default_columns(summary)
-                summary_figure = outcome_figure(summary)
+                chosen = form.cleaned_data["chosen"]
+                if keep is not None:
+                    # ticked columns of the model filtered by; none (another model's were
+                    # ticked): this model's default columns
+                    chosen = [b for b in chosen if keep(b)]
+                    if all(b.origin == BranchOrigin.RECORDED for b in chosen):
+                        chosen = []
+                selected = chosen or default_columns(summary, keep=keep)
+                summary_figure = outcome_figure(summary, colours)
+        elif keep is not None and chosen_model is not None and form.is_valid():
+            kept = [b for b in selected if keep(b)]
+            if not kept:
+                form.add_error(
+                    None,
+                    f"None of the branches picked was made by {chosen_model.label}: pick "
+                    "others, or show every model.",
+                )
+            selected = kept
     if asked and form.is_valid():
         comparison = build_comparison(
             trajectory, selected, diff=diff, start=form.cleaned_data["start"]
@@ -161,19 +211,20 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
             "form": form,
             "comparison": comparison,
             "branches": branches,
+            "pick_heads": column_heads(branches, identities, colours),
+            "heads": column_heads(comparison.branches, identities, colours) if comparison else [],
+            "colours": colours,
+            "models": models,
+            "model_filter": by_model,
+            "model_token": chosen_model.token if chosen_model is not None else "",
             "selected_ids": [b.pk for b in comparison.branches] if comparison else [],
             "diff": diff,
             "summary": summary,
-            "summary_apart": (
-                [
-                    ("malformed", summary.malformed),
-                    ("failed", summary.failed),
-                    ("unfinished", summary.unfinished),
-                ]
-                if summary
-                else []
-            ),
             "summary_figure": summary_figure,
+            "mode_words": {key: words.lower() for key, words in MODES.items()},
+            "group_colours": {g.number: colour_of(g.identity, colours) for g in summary.models}
+            if summary
+            else {},
             "max_columns": CompareForm.MAX_BRANCHES,
             **(_rows_context(trajectory, comparison) if comparison is not None else {}),
         },

@@ -20,7 +20,7 @@ from studio.tasks import enqueue_simulation
 
 def gallery(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id)
-    states = [service.scenario_state(project, s) for s in SCENARIOS]
+    states = service.gallery_states(project, SCENARIOS)
     return render(
         request,
         "gallery/gallery.html",

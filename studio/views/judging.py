@@ -18,11 +18,18 @@ from studio.access import get_branch_for_user, get_project_for_user
 from studio.forms.judging import JudgeForm
 from studio.forms.refusals import show_refusal
 from studio.http import HtmxHttpRequest
-from studio.models import JudgeJob, Membership, StepJudgement
+from studio.models import Branch, JudgeJob, Membership, StepJudgement
 from studio.presenters import fidelity as panel
+from studio.presenters.model_colours import colour_map
 from studio.services import judging as service
 from studio.services.blinding import Blindness, blindness_for
 from studio.services.job_limits import TooManyJobs
+from studio.services.model_identity import (
+    ModelIdentity,
+    identities_of_jobs,
+    identity_of_job,
+    job_of_step,
+)
 from studio.tasks import enqueue_judging
 
 
@@ -34,6 +41,27 @@ def _get_judge_job_for_user(
     return job, membership
 
 
+def _with_world_models(jobs: list[JudgeJob]) -> list[JudgeJob]:
+    """Each judge job's `world_model`: the model whose futures it judges, where one model
+    made them all (a fork: its job's; a branch: the job that made it), else None (a queue
+    or an arena mixes models: its page names the model of each judged step)."""
+    branch_jobs = dict(
+        Branch.objects.filter(pk__in={j.branch_id for j in jobs if j.branch_id}).values_list(
+            "pk", "job_id"
+        )
+    )
+    identities = identities_of_jobs(branch_jobs.values())
+    for job in jobs:
+        if job.fork is not None:
+            job.world_model = identity_of_job(job.fork)  # type: ignore[attr-defined]
+        elif job.branch_id is not None:
+            sim = branch_jobs.get(job.branch_id)
+            job.world_model = identities.get(sim) if sim else None  # type: ignore[attr-defined]
+        else:
+            job.world_model = None  # type: ignore[attr-defined]
+    return jobs
+
+
 def judge_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id)
     return render(
@@ -42,7 +70,9 @@ def judge_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         {
             "project": project,
             "membership": membership,
-            "jobs": JudgeJob.objects.filter(project=project)[:200],
+            "jobs": _with_world_models(
+                list(JudgeJob.objects.filter(project=project).select_related("fork")[:200])
+            ),
         },
     )
 
@@ -97,15 +127,31 @@ def _job_context(job: JudgeJob, membership: Membership, blindness: Blindness) ->
             "step__index",
             "step__branch_id",
             "step__branch__name",
+            "step__branch__job_id",
+            "step__meta",
+            "step__observation_source",
         )  # fmt: skip
         .order_by("step__branch_id", "step__index")[:500]
     )
+    # The world model that wrote each judged step, beside the judge that scored it.
+    branch_jobs = {j.step.branch_id: j.step.branch.job_id for j in judgements}
+    step_jobs = {j.pk: job_of_step(j.step, branch_jobs) for j in judgements}
+    identities = identities_of_jobs(step_jobs.values())
+    world_models: dict[str, ModelIdentity] = {}
+    for j in judgements:
+        sim = step_jobs[j.pk]
+        j.world_model = identities.get(sim) if sim is not None else None  # type: ignore[attr-defined]
+        if j.world_model is not None:  # type: ignore[attr-defined]
+            world_models.setdefault(j.world_model.model_key, j.world_model)  # type: ignore[attr-defined]
+    colours = colour_map(world_models.values())
     return {
         "project": job.project,
         "membership": membership,
         "job": job,
         "done": job.is_finished,
         "judgements": judgements,
+        "world_models": list(world_models.values()),
+        "model_colours": colours,
         "hidden_note": hidden_note,
         "dimensions": DIMENSIONS,
         "can_edit": membership.can_edit,
@@ -167,8 +213,13 @@ def branch_fidelity(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         .values_list("step__branch_id", flat=True)
         .distinct()
     )
-    shown = trajectory.branches.filter(pk__in=judged).order_by("pk")
+    shown = list(trajectory.branches.filter(pk__in=judged).order_by("pk"))
     per_branch = [(b, service.fidelity(b, blindness)) for b in shown]
+    # the model of each branch's future: lines and rows of two models are told apart
+    identities = identities_of_jobs([b.job_id for b in shown])
+    for b in shown:
+        b.identity = identities.get(b.job_id) if b.job_id else None  # type: ignore[attr-defined]
+    colours = colour_map(b.identity for b in shown)  # type: ignore[attr-defined]
     # the judged steps of every branch shown that the member may not see yet
     hidden = {pk for _, f in per_branch for pk in f.hidden} | set(found.hidden)
     return render(
@@ -181,7 +232,12 @@ def branch_fidelity(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
             "branch": branch,
             "fidelity": found,
             "figure": panel.branch_figure(found),
-            "trajectory_figure": panel.trajectory_figure([(b.name, f) for b, f in per_branch]),
+            "trajectory_figure": panel.trajectory_figure(
+                [(b.name, f) for b, f in per_branch],
+                [b.identity for b, _ in per_branch],  # type: ignore[attr-defined]
+            ),
+            "model_colours": colours,
+            "branch_identity": identities_of_jobs([branch.job_id]).get(branch.job_id or 0),
             "judged_branches": [(b, f) for b, f in per_branch if f.judged],
             "hidden_note": blindness.note(hidden),
             "branch_hidden_note": blindness.note(found.hidden),

@@ -1,8 +1,10 @@
 """The playground: the user plays the agent on a branch (or in a world), one action at a
-time. Each action is a one-future simulation job forked at the playground's step, so every
-step lands in the branch tree like any other; the page follows the new branch when the
-observation is in. Undo plays from one step earlier (the next action forks a new branch
-there; nothing is lost); "hand over" opens the editor in agent-rollout mode."""
+time. Played steps stay on one branch (`studio.services.playground`): the first action
+forks a new played branch, each later one is appended to it; the page follows that branch
+when the observation is in, and remembers the world model picked for the next step. Undo
+plays from one step earlier (the next action forks a new played branch there; nothing is
+lost); "hand over" opens the editor in agent-rollout mode, the agent's first action
+included, when the project has an agent model (else it says how to add one)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ from studio.forms.branching import ACTION_SNIPPETS
 from studio.forms.playground import PlayForm
 from studio.forms.refusals import show_refusal
 from studio.http import HtmxHttpRequest
-from studio.models import Branch, SimulationJob
+from studio.models import EndpointRole, SimulationJob
+from studio.services import playground as playing
 from studio.services import simulation
+from studio.services.endpoints import endpoints_for
 from studio.tasks import enqueue_simulation
 
 STEPS_SHOWN = 8
@@ -46,31 +50,39 @@ def playground(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         recorded_action=at_step.action if at_step else None,
         domain=trajectory.domain,
     )
+    world = simulation.trajectory_world_label(trajectory)
     form = PlayForm(
         request.POST if request.method == "POST" else None,
         project=trajectory.project,
         fork=fork,
         at=at,
+        in_world=world is not None,
+        remembered=playing.remembered(branch, request.user),
     )
     status = 200
     if request.method == "POST" and form.is_valid():
         try:
-            started = simulation.start_simulation(
+            played = playing.play_step(
                 user=request.user,
                 branch=branch,
+                at=at,
+                total=total,
                 request=form.cleaned_data["request"],
                 world_endpoint=form.cleaned_data["world_endpoint"],
+                action_format=form.cleaned_data["action_format"],
             )
-        except simulation.InvalidRequest as exc:  # past a limit of the installation
+        except simulation.InvalidRequest as exc:  # the world, or a limit of the installation
             status = show_refusal(form, exc)
         else:
-            enqueue_simulation(started)
-            return redirect(reverse("playground", args=[branch.pk]) + f"?at={at}&job={started.pk}")
+            enqueue_simulation(played.job)
+            # appended: the page stays on this branch; forked: here until the branch is in
+            query = f"?job={played.job.pk}" if played.appended else f"?at={at}&job={played.job.pk}"
+            return redirect(reverse("playground", args=[branch.pk]) + query)
     job: SimulationJob | None = None
     child = None
     if request.GET.get("job", "").isdigit():
         job = SimulationJob.objects.filter(pk=int(request.GET["job"]), branch=branch).first()
-        child = Branch.objects.filter(job=job).first() if job is not None else None
+        child = playing.played_branch_of(job) if job is not None else None
         if job is not None and job.status == "succeeded" and child is not None:
             return redirect("playground", branch_id=child.pk)  # the step is in: go on there
     steps = list(
@@ -78,7 +90,8 @@ def playground(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         .filter(index__lt=at, index__gte=max(0, at - STEPS_SHOWN))
         .order_by("index")
     )
-    world = (trajectory.metadata or {}).get("world")
+    agents = endpoints_for(trajectory.project, EndpointRole.AGENT)
+    world_choice = form["world_endpoint"].value()
     context = {
         "trajectory": trajectory,
         "project": trajectory.project,
@@ -91,9 +104,14 @@ def playground(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         "earlier": max(0, at - STEPS_SHOWN),
         "job": job,
         "child": child,
-        "world": world if isinstance(world, dict) else None,
+        "world": world,
+        "world_missing": world is not None and simulation.world_of_trajectory(trajectory) is None,
         "snippets": ACTION_SNIPPETS.get(trajectory.domain, []),
         "replaces": total - at,
+        "appends": playing.appends_to(branch, at, total),
+        "agent": agents.first(),
+        "world_choice": world_choice if str(world_choice or "").isdigit() else "",
+        "is_admin": membership.role == "admin",
     }
     if form.errors and status == 200:
         status = 400
@@ -102,11 +120,11 @@ def playground(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
 
 def playground_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     """The playground's pending step while its job runs (polled); when the observation is
-    in, the page moves to the new branch. Reading never writes."""
+    in, the page moves to the played branch. Reading never writes."""
     from studio.access import get_simulation_job_for_user
 
     job, _ = get_simulation_job_for_user(request, job_id)
-    child = Branch.objects.filter(job=job).first()
+    child = playing.played_branch_of(job)
     if job.is_finished and child is not None and job.status == "succeeded":
         target = reverse("playground", args=[child.pk])
         if request.htmx:

@@ -16,9 +16,10 @@ from studio.access import get_branch_for_user, get_simulation_job_for_user
 from studio.forms.branching import ACTION_SNIPPETS, SimulateForm, pretty_json_or_none
 from studio.forms.refusals import show_refusal
 from studio.http import HtmxHttpRequest
-from studio.models import JobStatus, SimulationJob, Step
+from studio.models import EndpointRole, JobStatus, ModelEndpoint, SimulationJob, Step
 from studio.models.trajectories import ParseStatus
 from studio.services import jobs, simulation
+from studio.services.endpoints import sampling_defaults
 from studio.services.perturbations import job_perturbations
 from studio.tasks import enqueue_simulation
 
@@ -50,6 +51,10 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
     if step is None and index != total:
         raise Http404(f"Branch {branch.name!r} has no step {index} (it has {total}).")
     initial_action = (pretty_json_or_none(step.action) or step.action) if step else ""
+    # from the playground: the agent takes it from here, its first action included
+    handover = request.GET.get("handover") == "1"
+    if handover:
+        initial_action = ""
     form = SimulateForm(
         request.POST if request.method == "POST" else None,
         fork_index=index,
@@ -59,10 +64,12 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
             domain=trajectory.domain,
         ),
         project=trajectory.project,
+        in_world=simulation.trajectory_world_label(trajectory) is not None,
         initial={
             "action": initial_action,
             # the playground's "hand over to the agent" opens the editor in rollout mode
             **({"mode": "rollout"} if request.GET.get("mode") == "rollout" else {}),
+            **(_handover_initial(request, trajectory.project) if handover else {}),
         },
     )
     status = 200
@@ -100,11 +107,45 @@ def branch_fork(request: HtmxHttpRequest, branch_id: int, index: int) -> HttpRes
         "is_new_step": step is None,
         "has_agents": form.has_agents,
         "is_admin": membership.role == "admin",
+        "handover": handover,
     }
     template = "simulation/editor.html#editor" if request.htmx else "simulation/editor.html"
     if form.errors and status == 200:
         status = 400
     return render(request, template, context, status=status)
+
+
+HANDOVER_STEPS = 5  # the rollout a hand-over proposes (the editor's max steps, changeable)
+
+
+def _handover_initial(request: HtmxHttpRequest, project) -> dict:
+    """The editor's initial values for a hand-over: a rollout of the agent model the
+    playground named (`?agent=`) whose first action is the agent's (the action box left
+    empty), with the world model played with (`?world=`, its sampling defaults too). Ids
+    not of the project's endpoints are ignored."""
+    initial: dict = {"mode": "rollout", "max_steps": HANDOVER_STEPS}
+    endpoints = {
+        e.pk: e
+        for e in ModelEndpoint.objects.filter(
+            project=project,
+            pk__in=[
+                int(v)
+                for v in (request.GET.get("agent", ""), request.GET.get("world", ""))
+                if v.isdigit()
+            ],
+        )
+    }
+    for name, role, field in (
+        ("agent", EndpointRole.AGENT, "agent_endpoint"),
+        ("world", EndpointRole.WORLD, "world_endpoint"),
+    ):
+        raw = request.GET.get(name, "")
+        endpoint = endpoints.get(int(raw)) if raw.isdigit() else None
+        if endpoint is not None and endpoint.role == role:
+            initial[field] = endpoint.pk
+            if role == EndpointRole.WORLD:
+                initial.update(sampling_defaults(endpoint))
+    return initial
 
 
 # Steps shown per branch on the job page (replay and rollout make many; the rest are one

@@ -25,9 +25,11 @@ from django.utils.html import format_html
 
 from studio.access import get_branch_for_user, get_step_for_user, get_trajectory_for_user
 from studio.http import HtmxHttpRequest, streaming_response
-from studio.models import Branch, Step, Trajectory
+from studio.models import Branch, BranchOrigin, Step, Trajectory
+from studio.presenters.model_colours import colour_map
 from studio.rendering import render_observation
 from studio.services.exports import export_chunks
+from studio.services.model_identity import identities_of_jobs, job_of_step, models_of_trajectory
 
 STEPS_PER_PAGE = 25
 PREVIEW_CHARS = 32_000
@@ -65,6 +67,11 @@ def _int_param(request: HtmxHttpRequest, name: str) -> int | None:
 
 
 def _select_branch(trajectory: Trajectory, branches: list[Branch], branch_id: int | None) -> Branch:
+    if branch_id is None and trajectory.source_format == "world":
+        # started in a world, its root is empty: the page opens on the branch played last
+        played = [b for b in branches if b.origin == BranchOrigin.PLAYED]
+        if played:
+            return played[-1]
     for branch in branches:
         if (branch_id is None and branch.parent_id is None) or branch.pk == branch_id:
             return branch
@@ -84,11 +91,43 @@ def step_window(branch: Branch, start: int, size: int) -> QuerySet[Step]:
     )
 
 
-def _window_context(trajectory: Trajectory, branch: Branch, start: int) -> dict:
+def _name_models(
+    trajectory: Trajectory,
+    branch: Branch,
+    steps: list[Step],
+    branches: list[Branch] | None = None,
+) -> dict:
+    """Each step's `identity` (the world model that wrote its observation, None: recorded),
+    the branch's own, and the page's colours; with `branches` (the page's side list, read
+    already) each of those gets its `identity` too. Two or three small queries whatever the
+    window."""
+    branch_jobs: dict[int, int | None]
+    if branches is None:
+        lineage_ids = [pk for pk, _ in (branch.lineage or branch.compute_lineage())]
+        branch_jobs = dict(Branch.objects.filter(pk__in=lineage_ids).values_list("pk", "job_id"))
+    else:
+        branch_jobs = {b.pk: b.job_id for b in branches}
+    step_jobs = {step.pk: job_of_step(step, branch_jobs) for step in steps}
+    identities = identities_of_jobs([*step_jobs.values(), *branch_jobs.values(), branch.job_id])
+    for step in steps:
+        job_id = step_jobs[step.pk]
+        step.identity = identities.get(job_id) if job_id is not None else None  # type: ignore[attr-defined]
+    for b in branches or ():
+        b.identity = identities.get(b.job_id) if b.job_id else None  # type: ignore[attr-defined]
+    return {
+        "branch_identity": identities.get(branch.job_id) if branch.job_id else None,
+        "model_colours": colour_map(models_of_trajectory(trajectory.pk)),
+    }
+
+
+def _window_context(
+    trajectory: Trajectory, branch: Branch, start: int, branches: list[Branch] | None = None
+) -> dict:
     size = steps_per_window()
     rows = list(step_window(branch, start, size))
     steps = rows[:size]
     return {
+        **_name_models(trajectory, branch, steps, branches),
         "trajectory": trajectory,
         "branch": branch,
         "steps": steps,
@@ -120,7 +159,8 @@ def trajectory_page(request: HtmxHttpRequest, trajectory_id: int) -> HttpRespons
         "total_steps": total,
         "jump": jump,
         "tags": list(trajectory.tags.all()),
-        **_window_context(trajectory, branch, start),
+        # the side list names the model of each future too (`_name_models`)
+        **_window_context(trajectory, branch, start, branches),
     }
     return render(request, "trajectories/trajectory.html", context)
 

@@ -134,13 +134,28 @@ def world_preview(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     return render(request, "worlds/editor.html#preview", {"preview": _preview(editor)})
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def world_delete(request: HtmxHttpRequest, world_id: int) -> HttpResponse:
-    world, _ = get_world_for_user(request, world_id, edit=True)
+    """GET: what deleting the world removes and what it keeps, and a button to confirm
+    (nothing is written); POST: delete it."""
+    world, membership = get_world_for_user(request, world_id, edit=True)
+    if request.method == "GET":
+        return render(
+            request,
+            "worlds/delete.html",
+            {
+                "project": world.project,
+                "membership": membership,
+                "world": world,
+                **service.deletion_summary(world),
+            },
+        )
     project_id, name = world.project_id, world.name
     world.delete()
     messages.success(
-        request, f"Deleted world {name!r}; steps simulated in it keep its name and version."
+        request,
+        f"Deleted world {name!r} and its versions; trajectories started in it keep their "
+        "steps, and steps simulated in it keep its name and version.",
     )
     return redirect("world_list", project_id=project_id)
 

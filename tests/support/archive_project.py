@@ -38,6 +38,8 @@ def build(name: str) -> None:
         AnnotationQueue,
         AnnotationVersion,
         ApiToken,
+        ArenaPair,
+        ArenaRun,
         Branch,
         Dataset,
         DatasetItem,
@@ -218,6 +220,20 @@ def build(name: str) -> None:
         project=project, requester=admin, target="fork", fork=job, branch=child,
         annotation_queue=queue, description="job's futures", judge_endpoint=judge,
         judge_model="judge-m", judge_base_url="http://j/v1", steps_total=2, steps_judged=1,
+    )  # fmt: skip
+    # an arena of the job's model against itself, its judge job the one above (a cycle:
+    # JudgeJob.arena <-> ArenaRun.judge_job)
+    arena = ArenaRun.objects.create(
+        project=project, requester=admin, trajectory=trajectory, branch=root, fork_index=1,
+        action="act 1", n=1, seed=7, params={"temperature": 0.5}, judge_endpoint=judge,
+        judge_model="judge-m", judge_base_url="http://j/v1", judge_job=judge_job,
+        status="succeeded", phase="done", pairs_total=1, pairs_judged=1,
+    )  # fmt: skip
+    JudgeJob.objects.filter(pk=judge_job.pk).update(arena=arena)
+    SimulationJob.objects.filter(pk=job.pk).update(arena=arena)
+    ArenaPair.objects.create(
+        arena=arena, job_a=job, job_b=job, step_a=simulated[0], step_b=simulated[1],
+        reference=steps[1], winner="tie", ok=True, reason="both fine ✓", judge_model="judge-m",
     )  # fmt: skip
     StepJudgement.objects.create(
         step=simulated[0], job=judge_job, judge_model="judge-m", reference=steps[1],

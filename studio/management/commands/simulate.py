@@ -237,11 +237,18 @@ class Command(BaseCommand):
         return rules
 
     def wait(self, job: SimulationJob, timeout: float) -> SimulationJob:
+        """Poll the job until it ends. Says at once (from the workers' heartbeat rows) when
+        no worker consumes its queue, and what to run, then goes on waiting: a worker that
+        starts later takes the job, and that is said too; says when the worker running it
+        went away."""
+        from studio.services import workers
         from studio.services.jobs import silent_for_s
 
         deadline = time.monotonic() + timeout
         last = None
         warned = False
+        missing = False  # said that no worker consumes the queue
+        gone_said = False
         while time.monotonic() < deadline:
             job.refresh_from_db()
             state = (job.status, job.phase)
@@ -250,6 +257,29 @@ class Command(BaseCommand):
             last = state
             if job.is_finished:
                 return job
+            if job.status == JobStatus.QUEUED:
+                consumers = workers.queue_consumers(job.queue)
+                if not consumers and not missing:
+                    missing = True
+                    if self.verbosity > 0:
+                        self.stderr.write(
+                            f"  {workers.describe_start(job.queue)}\n  waiting for one "
+                            f"(up to {timeout:.0f} s, --timeout); the job stays queued if "
+                            "you stop here"
+                        )
+                elif consumers and missing:
+                    missing = False
+                    if self.verbosity > 0:
+                        names = ", ".join(w.name for w in consumers)
+                        self.stderr.write(f"  worker {names} now consumes queue {job.queue}")
+            elif job.status == JobStatus.RUNNING and not gone_said:
+                worker = workers.worker_state(job)
+                if worker is not None and not worker.alive and self.verbosity > 0:
+                    gone_said = warned = True
+                    self.stderr.write(
+                        f"  the worker running job {job.pk} ({worker.name}) stopped answering "
+                        f"{worker.silent_s:.0f} s ago; a running worker will mark the job failed"
+                    )
             silent = silent_for_s(job)
             if silent is not None and not warned and self.verbosity > 0:
                 warned = True
@@ -258,10 +288,13 @@ class Command(BaseCommand):
                     "will mark the job failed"
                 )
             time.sleep(0.5)
-        raise CommandError(
-            f"job {job.pk} still {job.status} after {timeout:.0f} s; it goes on in the worker "
-            f"(is a worker consuming queue {job.queue}?)"
-        )
+        if job.status != JobStatus.QUEUED:
+            why = "it goes on in the worker"
+        elif workers.queue_consumers(job.queue):
+            why = f"it waits in queue {job.queue} for a free worker"
+        else:
+            why = f"no worker is consuming queue {job.queue}"
+        raise CommandError(f"job {job.pk} still {job.status} after {timeout:.0f} s; {why}")
 
     def print_results(self, job: SimulationJob) -> None:
         if job.status == JobStatus.SUCCEEDED:
