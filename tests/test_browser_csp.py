@@ -23,7 +23,10 @@ from django.urls.exceptions import Resolver404
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
+from inference.simulation.request import ForkFacts
+from studio.forms.arena import ArenaForm
 from studio.models import DOMAINS, DatasetVersion, JudgeTarget, Project, Trajectory
+from studio.services.arena import start_arena
 from studio.services.datasets import SelectionData, create_version
 from studio.services.endpoints import EndpointData, save_endpoint
 from studio.services.evaluations import EvaluationData, start_evaluation
@@ -32,7 +35,7 @@ from studio.services.perturbations import add_presets
 from studio.services.queues import QueueData, create_queue
 from studio.services.tokens import create_token
 from studio.services.worlds import import_world
-from studio.tasks import enqueue_evaluation, enqueue_judging
+from studio.tasks import enqueue_arena, enqueue_evaluation, enqueue_judging
 from tests.support.browser import shot, write_native_file
 from tests.support.fake_openai import fake_openai_server
 from tests.support.jobs import start_job, wait_job
@@ -173,6 +176,9 @@ def judge_and_world(body, index):
         dims = ("format", "factuality", "consistency", "realism", "quality")
         block = {"scores": dict.fromkeys(dims, 4), "strengths": ["plausible"], "weaknesses": []}
         return f"<final_evaluation>\n```json\n{json.dumps(block)}\n```\n</final_evaluation>"
+    if system.startswith("You compare two world models"):
+        verdict = json.dumps({"winner": "A", "reason": "closer"})
+        return f"<final_verdict>\n```json\n{verdict}\n```\n</final_verdict>"
     return "<predicted_observation>predicted output</predicted_observation>"
 
 
@@ -228,7 +234,32 @@ def demo_with_one_of_everything(tmp_path):
             JudgeData(judge=judge, target=JudgeTarget.FORK, fork=simulation, max_tokens=256),
         )
         enqueue_judging(judging)
-        for job in (wait_job(run), wait_job(judging)):
+        # an arena of the served model and the baseline at the same step: its page, the
+        # arena list and the arena leaderboard
+        baseline = demo.endpoints.get(role="world", kind="retrieval")
+        steps = web.root_branch.all_steps()
+        form = ArenaForm(
+            {
+                "world_models": [world.pk, baseline.pk],
+                "n": 1,
+                "temperature": 0.5,
+                "top_p": 0.9,
+                "max_tokens": 64,
+                "seed": 41,
+                "judge": judge.pk,
+                "judge_temperature": 0.0,
+                "judge_max_tokens": 256,
+            },
+            branch=web.root_branch,
+            fork_index=2,
+            fork=ForkFacts(
+                step_count=steps.count(), recorded_action=recorded[2].action, domain="web"
+            ),
+        )
+        assert form.is_valid(), form.errors
+        arena = start_arena(admin, form.data_object())
+        enqueue_arena(arena)
+        for job in (wait_job(run), wait_job(judging), wait_job(arena)):
             assert job.status == "succeeded", job.error
     # a queue two people annotated differently: its agreement, an item to adjudicate
     queue = create_queue(
