@@ -367,9 +367,13 @@ def empty_result(observation: str, domain: str) -> str:
     """The observation as it reads when the operation succeeds and finds nothing, in the
     domain's own form: a JSON document keeps its shape and metadata with its lists emptied
     (and its counts at 0: `{"query": "q", "results": [], "total": 0}`); an MCP result with
-    no list is a tool result with an empty content array; a shell prints nothing and exits
-    0; a search page, a web page, a desktop or a phone screen shows no items."""
+    no list, or one record fetched by its id, is a tool result with an empty content array;
+    a shell prints nothing; a search page, a web page, a desktop or a phone screen shows no items."""
     is_json, value = _as_json(observation)
+    if is_json and _is_one_record(value):
+        # one thing fetched by its id (an event, an issue): found nothing is no record at
+        # all, not the record with its lists emptied (an event "with no attendees")
+        return json.dumps(EMPTY_MCP_RESULT if domain == "mcp" else {}, ensure_ascii=False)
     if is_json:
         emptied = _emptied(value)
         if emptied != value:
@@ -381,7 +385,7 @@ def empty_result(observation: str, domain: str) -> str:
     if domain == "android":
         return json.dumps({"ui_elements": []})
     if domain in ("terminal", "os") and not observation.lstrip().startswith("[Top bar]"):
-        return "[exit code 0]"  # empty stdout, exit code 0 (this module's form of a code)
+        return ""  # a shell that finds nothing prints nothing
     if domain == "swe":
         return SWE_NO_OUTPUT
     if domain == "web":
@@ -414,6 +418,20 @@ def _empty_screen(observation: str) -> str:
         if line.startswith(("[Top bar]", "[Window]", "[Overview]"))
     ]
     return "\n".join([*kept, "  (no items)"])
+
+
+_ID_KEYS = ("id", "uuid", "_id")
+
+
+def _is_one_record(value: Any) -> bool:
+    """A JSON object that is one record (it has an id of its own), not a page of results."""
+    if not isinstance(value, dict):
+        return False
+    for key, item in value.items():
+        name = str(key).lower()
+        if (name in _ID_KEYS or name.endswith("_id")) and isinstance(item, str | int):
+            return not isinstance(item, bool)
+    return False
 
 
 def _emptied(value: Any, key: str = "") -> Any:

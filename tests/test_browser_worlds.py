@@ -153,6 +153,8 @@ def test_five_played_steps_with_a_chosen_model_stay_on_one_branch(
             save_endpoint(project, EndpointData(name=name, role="world", kind="openai",
                                                 base_url=srv.base_url, model=name))  # fmt: skip
         make_default(project.endpoints.get(name="Default model"))
+        save_endpoint(project, EndpointData(name="Agent", role="agent", kind="openai",
+                                            base_url=srv.base_url, model="agent"))  # fmt: skip
         chosen = project.endpoints.get(name="Chosen model")
         version = save_world(project, parse_world(WORLD_FILE)).version
         trajectory = start_trajectory(version, "Book the cheapest flight to Oslo.")
@@ -170,8 +172,14 @@ def test_five_played_steps_with_a_chosen_model_stay_on_one_branch(
             page.click("#play-submit")
             page.wait_for_selector(f"#play-step-{k}", timeout=60_000)
         shot(page, "playground-five-steps")
+        # hand over names the world model picked now, not the one the page was drawn with
+        assert f"world={chosen.pk}" in page.get_attribute("#play-handover", "href")
+        other = project.endpoints.get(name="Default model")
+        page.select_option("[name=world_endpoint]", label="Default model")
+        assert f"world={other.pk}" in page.get_attribute("#play-handover", "href")
+        page.select_option("[name=world_endpoint]", label="Chosen model")
         assert page.locator(".play-step .prov-typed").count() == 5  # typed by a person
-        played = Branch.objects.get(trajectory=trajectory, origin="played")
+        played = Branch.objects.get(trajectory=trajectory, origin="played", parent__isnull=False)
         assert page.url.endswith(f"/branches/{played.pk}/play/")
         jobs = SimulationJob.objects.filter(trajectory=trajectory).order_by("pk")
         assert [j.world_endpoint_id for j in jobs] == [chosen.pk] * 5

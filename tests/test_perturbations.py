@@ -228,7 +228,7 @@ def test_a_sweep_gives_each_perturbation_its_own_futures():
     labels = {s: steps[0].meta["perturbation"]["label"] for s, steps in sink.steps.items()}
     assert labels == {0: "Cut", 1: "Cut", 2: "Empty", 3: "Empty", 4: "Slow", 5: "Slow"}
     assert sink.steps[0][0].observation == "ran" + P.TRUNCATION_MARKER
-    assert sink.steps[2][0].observation == "[exit code 0]"  # a shell's empty result
+    assert sink.steps[2][0].observation == ""  # a shell that finds nothing prints nothing
     assert sink.steps[4][0].observation.startswith("timeout:")
     # one call for the entries that needed the model, sampled once per sample number (the
     # timeouts needed none): every column perturbs the same base observations
@@ -260,6 +260,9 @@ EMPTY = P.build("empty_result")
          {"date": "2026-03-12", "timezone": "Europe/Berlin", "events": []}),
         ("mcp", '[{"id": 1}, {"id": 2}]', []),
         ("mcp", '{"temp_c": 9}', {"content": [], "isError": False}),
+        # one record fetched by its id: nothing found is no record, not one with no attendees
+        ("mcp", '{"id": "ev-7", "title": "Standup", "attendees": [{"name": "Ana"}]}',
+         {"content": [], "isError": False}),
         ("mcp", "a text answer", {"content": [], "isError": False}),
         # search: a result page of the query with no results
         ("search", '{"query": "python 3.12", "results": [{"title": "t"}], "total": 1}',
@@ -274,7 +277,7 @@ def test_an_empty_json_result_keeps_the_domains_form(domain, observation, expect
 
 
 def test_an_empty_text_result_reads_as_the_domain_writes_it():
-    assert P.transform(EMPTY, "app.py\nstatic", "terminal") == "[exit code 0]"  # empty stdout
+    assert P.transform(EMPTY, "app.py\nstatic", "terminal") == ""  # empty stdout
     assert P.transform(EMPTY, "src/a.py", "swe") == (
         "Your command ran successfully and did not produce any output."
     )  # SWE-agent's words for it

@@ -224,7 +224,7 @@ def test_the_baseline_is_refused_in_a_world_everywhere(researcher_client, projec
     page = researcher_client.post(url, play_post(project, "search OSL", baseline))
     text = page.content.decode()
     assert page.status_code == 400
-    assert "this trajectory was started in world &#x27;Flights&#x27; v1" in text
+    assert "This trajectory was started in world &#x27;Flights&#x27; v1" in text
     assert "never reads a world&#x27;s prompt" in text
     # the editor (and every caller of the service: API, gallery, rollouts) says the same
     editor = researcher_client.post(

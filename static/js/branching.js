@@ -57,6 +57,25 @@
     });
   }
 
+  // The playground's "Hand over" link names the world model picked now, not the one the
+  // page was drawn with (?world= of the editor it opens).
+  function bindHandover(root) {
+    (root || document).querySelectorAll("a#play-handover:not([data-bound])").forEach(function (link) {
+      link.dataset.bound = "1";
+      var form = document.getElementById("play-form") || link.closest("form");
+      var sel = form && form.querySelector("select[name=world_endpoint]");
+      if (!sel) return;
+      var follow = function () {
+        var url = new URL(link.href, window.location.href);
+        if (sel.value) url.searchParams.set("world", sel.value);
+        else url.searchParams.delete("world");
+        link.href = url.pathname + url.search;
+      };
+      sel.addEventListener("change", follow);
+      follow();
+    });
+  }
+
   // Picking another world model fills in its default sampling (data-* on the option).
   function bindEndpointDefaults(root) {
     (root || document).querySelectorAll("select[name=world_endpoint]:not([data-bound])").forEach(function (sel) {
@@ -100,7 +119,7 @@
   }
 
   function init(root) {
-    drawTrees(root); bindSnippets(root); bindEndpointDefaults(root); keepTypedAction(root);
+    drawTrees(root); bindSnippets(root); bindEndpointDefaults(root); bindHandover(root); keepTypedAction(root);
   }
 
   // The job page refreshes its progress every 500 ms by swapping HTML: keep what the reader

@@ -182,7 +182,9 @@ def verdict(pair: ArenaPair, labels: dict[int, str]) -> dict[str, Any]:
     """One pairwise judgement in words: who won (or the tie, or that it failed), and in
     which order the judge saw the two."""
     a, b = labels.get(pair.job_a_id, "?"), labels.get(pair.job_b_id, "?")
-    order = f"shown first: {a if pair.shown_first == 'a' else b}"
+    first, second = (a, b) if pair.shown_first == "a" else (b, a)
+    # the judge's reason speaks of "A" and "B": the order it saw them in
+    order = f"the judge saw A = {first}, B = {second}"
     if not pair.ok:
         text = f"{a} vs {b}: not judged"
     elif pair.winner == PairWinner.TIE:

@@ -27,6 +27,7 @@ ORIGIN_SYMBOLS = {
     "recorded": "square",
     "simulated": "circle",
     "edited": "diamond",
+    "played": "triangle-up",  # a person typed its actions (the playground)
     "group": "circle-open-dot",  # several sibling futures drawn as one
 }
 # Above this many branches, per-node labels would overlap: hover text carries them instead.

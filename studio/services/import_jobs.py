@@ -115,12 +115,14 @@ def cancel_import(job: ImportJob) -> ImportJob:
         flag = cancel_flag_path(job.pk)
         flag.parent.mkdir(parents=True, exist_ok=True)
         flag.touch()
-    request_cancel(ImportJob, job.pk)
+    request_cancel(ImportJob, job.pk)  # settles it at once when its worker is gone
     row = ImportJob.objects.get(pk=job.pk)
     now = timezone.now()
-    if is_silent(row, now):
+    if row.status == JobStatus.RUNNING and is_silent(row, now):
         fail_lost(ImportJob, row, now)  # no worker will stop it: settle it now (cancelled)
-        clear_cancel_flag(job.pk)
+        row.refresh_from_db()
+    if row.is_finished:
+        clear_cancel_flag(job.pk)  # no worker is left to read it
     job.refresh_from_db()
     return job
 

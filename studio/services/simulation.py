@@ -272,14 +272,14 @@ def trajectory_world_or_refuse(trajectory, request: SimulationRequest) -> WorldV
     named = f"world {world.get('name')!r} v{world.get('version')}"
     if request.world_model.backend == "retrieval":
         raise InvalidRequest(
-            {"world": [f"this trajectory was started in {named}; {BASELINE_IN_WORLD}"]}
+            {"world": [f"This trajectory was started in {named}; {BASELINE_IN_WORLD}"]}
         )
     version = world_of_trajectory(trajectory)
     if version is None:
         raise InvalidRequest(
             {
                 "world": [
-                    f"this trajectory was started in {named}, and that version was deleted: "
+                    f"This trajectory was started in {named}, and that version was deleted: "
                     "pick a world of the project in the branch editor's World field to go on "
                     "in one that exists"
                 ]

@@ -86,11 +86,12 @@ def start_trajectory(version: WorldVersion, task_instruction: str, user=None) ->
             source_key=f"world-{world.pk}-v{version.number}-{uuid4().hex[:12]}",
             step_count=0,
         )
-        # its observations are the world model's: the branch is simulated, not recorded
+        # an empty start a person plays from: nothing in it is recorded, and no model made
+        # it (the steps played from it go on played branches of their own)
         Branch.objects.create(
             trajectory=trajectory,
             name="start",  # the page says "in the world …" next to it: no echo
-            origin=BranchOrigin.SIMULATED,
+            origin=BranchOrigin.PLAYED,
             created_by=user,
         )
     return trajectory

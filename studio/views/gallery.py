@@ -30,6 +30,10 @@ def gallery(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
             "states": states,
             "can_edit": membership.can_edit,
             "offline": not service.has_neural_world_model(project),
+            # world models there are, though not the default: the page says to make one so
+            "other_world_models": list(
+                project.endpoints.filter(role="world").exclude(kind="retrieval")
+            ),
         },
     )
 
