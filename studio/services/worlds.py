@@ -66,7 +66,9 @@ def export_text(version: WorldVersion) -> str:
     return worlding.dumps(version.spec())
 
 
-def start_trajectory(version: WorldVersion, task_instruction: str, user=None) -> Trajectory:
+def start_trajectory(
+    version: WorldVersion, task_instruction: str, user=None, origin: str = BranchOrigin.SIMULATED
+) -> Trajectory:
     """A new, empty trajectory in the world: its system prompt and tools are the world's (at
     this version), its first step is the agent's to take."""
     spec = version.spec()
@@ -86,12 +88,13 @@ def start_trajectory(version: WorldVersion, task_instruction: str, user=None) ->
             source_key=f"world-{world.pk}-v{version.number}-{uuid4().hex[:12]}",
             step_count=0,
         )
-        # an empty start a person plays from: nothing in it is recorded, and no model made
-        # it (the steps played from it go on played branches of their own)
+        # nothing in it is recorded: an episode's root holds the world model's observations
+        # (simulated); a start a person plays from is PLAYED (its steps go on played
+        # branches of their own)
         Branch.objects.create(
             trajectory=trajectory,
             name="start",  # the page says "in the world …" next to it: no echo
-            origin=BranchOrigin.PLAYED,
+            origin=origin,
             created_by=user,
         )
     return trajectory

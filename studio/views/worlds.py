@@ -16,7 +16,7 @@ from inference import worlds as worlding
 from studio.access import get_project_for_user, get_world_for_user
 from studio.forms.worlds import StartTrajectoryForm, WorldEditor, WorldImportForm
 from studio.http import HtmxHttpRequest
-from studio.models import World, WorldVersion
+from studio.models import BranchOrigin, World, WorldVersion
 from studio.presenters.worlds import file_tree
 from studio.services import worlds as service
 
@@ -218,7 +218,9 @@ def world_start(request: HtmxHttpRequest, world_id: int) -> HttpResponse:
     if not form.is_valid() or version is None:
         messages.error(request, "Write the task the agent is given in this world.")
         return redirect("world_list", project_id=world.project_id)
-    trajectory = service.start_trajectory(version, form.cleaned_data["task"], user=request.user)
+    trajectory = service.start_trajectory(
+        version, form.cleaned_data["task"], user=request.user, origin=BranchOrigin.PLAYED
+    )
     root = trajectory.branches.get()
     messages.success(
         request,
