@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from inference.awb_runner import RunStats, run_concurrently
 
@@ -340,6 +341,22 @@ def total_score(scores: dict[str, float]) -> float:
     return sum(scores[d] for d in DIMENSIONS) / len(DIMENSIONS)
 
 
+T = TypeVar("T")
+
+
+@dataclass
+class Asked(Generic[T]):
+    """What asking the judge gave: the parsed answer (None: every attempt failed), the last
+    raw text, the tokens over every attempt, and each failed attempt's error."""
+
+    value: T | None = None
+    raw: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    attempts: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
 class Judge:
     def __init__(
         self,
@@ -366,15 +383,12 @@ class Judge:
         self.history_chars = history_chars
         self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
 
-    def judge_row(self, row: dict) -> dict:
-        prediction = prediction_of(row)
-        if prediction is None:  # the generation failed: nothing to judge
-            return failed_row(row, "No model generation", [], "", 0, None)
-        messages = build_judge_messages(row, history_chars=self.history_chars)
-        errors: list[str] = []
-        raw = ""
-        tokens = [0, 0]  # what the judge read and wrote, over every attempt
+    def ask(self, messages: list[dict], parse: Callable[[str], T]) -> Asked[T]:
+        """The judge's answer to `messages`, read by `parse`, with retries: an API error or
+        an answer `parse` refuses is tried again, after a growing pause, up to `attempts`."""
+        asked: Asked[T] = Asked()
         for attempt in range(self.attempts):
+            asked.attempts = attempt + 1
             try:
                 response = self.client.chat.completions.create(
                     model=self.model,
@@ -382,23 +396,33 @@ class Judge:
                     temperature=self.temperature,
                     max_tokens=self.max_tokens,
                 )
-                raw = response.choices[0].message.content or ""
+                asked.raw = response.choices[0].message.content or ""
                 usage = getattr(response, "usage", None)
                 if usage is not None:
-                    tokens[0] += usage.prompt_tokens or 0
-                    tokens[1] += usage.completion_tokens or 0
-                judgement = parse_judgement(raw, dimensions_of(row))
+                    asked.tokens_in += usage.prompt_tokens or 0
+                    asked.tokens_out += usage.completion_tokens or 0
+                asked.value = parse(asked.raw)
+                return asked
             except Exception as exc:  # noqa: BLE001 - API or parse failure: retry
-                errors.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
+                asked.errors.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
                 if attempt + 1 < self.attempts:
                     time.sleep(self.backoff_s * (2**attempt))
-                continue
-            judged = judged_row(row, judgement, prediction, raw, attempt + 1)
-            judged["judge"].update(tokens_in=tokens[0], tokens_out=tokens[1])
-            return judged
-        failed = failed_row(row, "Judge scoring failed", errors, raw, self.attempts, prediction)
-        failed["judge"].update(tokens_in=tokens[0], tokens_out=tokens[1])
-        return failed
+        return asked
+
+    def judge_row(self, row: dict) -> dict:
+        prediction = prediction_of(row)
+        if prediction is None:  # the generation failed: nothing to judge
+            return failed_row(row, "No model generation", [], "", 0, None)
+        messages = build_judge_messages(row, history_chars=self.history_chars)
+        asked = self.ask(messages, lambda raw: parse_judgement(raw, dimensions_of(row)))
+        if asked.value is not None:
+            out = judged_row(row, asked.value, prediction, asked.raw, asked.attempts)
+        else:
+            out = failed_row(
+                row, "Judge scoring failed", asked.errors, asked.raw, self.attempts, prediction
+            )
+        out["judge"].update(tokens_in=asked.tokens_in, tokens_out=asked.tokens_out)
+        return out
 
 
 def judged_row(row: dict, judgement: Judgement, prediction: str, raw: str, attempts: int) -> dict:
@@ -572,42 +596,15 @@ def compare_pair(judge: Judge, row: dict, first: str, second: str) -> dict:
     "tokens_out", "attempts"} or {"ok": False, "error", "raw", ...} once every attempt
     failed (an API error, an answer without a verdict)."""
     messages = build_pairwise_messages(row, first, second, history_chars=judge.history_chars)
-    errors: list[str] = []
-    raw = ""
-    tokens = [0, 0]
-    for attempt in range(judge.attempts):
-        try:
-            response = judge.client.chat.completions.create(
-                model=judge.model,
-                messages=cast(Any, messages),
-                temperature=judge.temperature,
-                max_tokens=judge.max_tokens,
-            )
-            raw = response.choices[0].message.content or ""
-            usage = getattr(response, "usage", None)
-            if usage is not None:
-                tokens[0] += usage.prompt_tokens or 0
-                tokens[1] += usage.completion_tokens or 0
-            verdict = parse_pair_verdict(raw)
-        except Exception as exc:  # noqa: BLE001 - API or parse failure: retry
-            errors.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
-            if attempt + 1 < judge.attempts:
-                time.sleep(judge.backoff_s * (2**attempt))
-            continue
-        return {
-            "ok": True,
-            "winner": verdict.winner,
-            "reason": verdict.reason,
-            "raw": raw,
-            "tokens_in": tokens[0],
-            "tokens_out": tokens[1],
-            "attempts": attempt + 1,
-        }
+    asked = judge.ask(messages, parse_pair_verdict)
+    counts = {"raw": asked.raw, "tokens_in": asked.tokens_in, "tokens_out": asked.tokens_out}
+    if asked.value is None:
+        return {"ok": False, "error": "; ".join(asked.errors), **counts, "attempts": judge.attempts}
+    verdict = asked.value
     return {
-        "ok": False,
-        "error": "; ".join(errors),
-        "raw": raw,
-        "tokens_in": tokens[0],
-        "tokens_out": tokens[1],
-        "attempts": judge.attempts,
+        "ok": True,
+        "winner": verdict.winner,
+        "reason": verdict.reason,
+        **counts,
+        "attempts": asked.attempts,
     }

@@ -170,6 +170,16 @@ def test_without_a_judge_the_form_says_how_to_add_one(project, world_endpoints, 
     assert "An admin adds one on the Models page" in " ".join(form.errors["judge"])
     page = researcher_client.get(reverse("arena_new", args=[root.pk, 1]))
     assert page.status_code == 200 and 'id="no-judge"' in page.content.decode()
+    assert 'id="too-few-models"' not in page.content.decode()  # two world models here
+
+
+@pytest.mark.django_db
+def test_with_one_world_model_the_form_says_an_arena_needs_another(project, researcher_client):
+    traj, root = make_trajectory(project)
+    assert project.endpoints.filter(role="world").count() == 1  # the baseline alone
+    html = researcher_client.get(reverse("arena_new", args=[root.pk, 1])).content.decode()
+    assert 'id="too-few-models"' in html and "This project has 1 world model," in html
+    assert "An admin adds world models" in html  # a researcher cannot add one
 
 
 @pytest.mark.django_db

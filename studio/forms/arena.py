@@ -87,6 +87,8 @@ class ArenaForm(forms.Form):
         models_field = cast(forms.ModelMultipleChoiceField, self.fields["world_models"])
         models_field.queryset = worlds
         models_field.label_from_instance = _endpoint_label  # type: ignore[assignment]
+        # fewer than two to pick from: the page says how to get another, not only "tick two"
+        self.world_model_count = worlds.count()
         judges = ModelEndpoint.objects.filter(
             project=project, role=EndpointRole.JUDGE, kind="openai"
         ).order_by("-is_default", "name")
