@@ -341,6 +341,14 @@ STUDIO_MAX_HISTORY_STEPS = env_int("STUDIO_MAX_HISTORY_STEPS", 5000, minimum=1)
 STUDIO_MAX_HISTORY_BYTES = env_int("STUDIO_MAX_HISTORY_MB", 64, minimum=1) * 1024 * 1024
 STUDIO_MAX_ACTIVE_JOBS = env_int("STUDIO_MAX_ACTIVE_JOBS", 20, minimum=1)
 STUDIO_MAX_ACTIVE_EPISODE_STEPS = env_int("STUDIO_MAX_ACTIVE_EPISODE_STEPS", 64, minimum=1)
+# What one agent may send the episode API (`studio.services.episode_limits`): the size of a
+# request body, of one action and of a task's text, and resets and steps per token per minute
+# (a refusal names its setting; 429s carry Retry-After).
+STUDIO_EPISODE_MAX_BODY_KB = env_int("STUDIO_EPISODE_MAX_BODY_KB", 1024, minimum=1)
+STUDIO_EPISODE_MAX_ACTION_KB = env_int("STUDIO_EPISODE_MAX_ACTION_KB", 256, minimum=1)
+STUDIO_EPISODE_MAX_TASK_KB = env_int("STUDIO_EPISODE_MAX_TASK_KB", 64, minimum=1)
+STUDIO_EPISODE_RESETS_PER_MINUTE = env_int("STUDIO_EPISODE_RESETS_PER_MINUTE", 120, minimum=1)
+STUDIO_EPISODE_STEPS_PER_MINUTE = env_int("STUDIO_EPISODE_STEPS_PER_MINUTE", 6000, minimum=1)
 
 # ---- World model ------------------------------------------------------------------------
 # Default backend for simulations when a request does not name one: the retrieval baseline

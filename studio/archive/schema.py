@@ -25,6 +25,8 @@ PROJECT = "studio.project"
 # Studio models no archive holds, each with the reason.
 EXCLUDED: dict[str, str] = {
     "studio.workerheartbeat": "which workers run now: a fact of this installation, not of a project",
+    "studio.mcpsession": "an agent's open MCP connection: it ends with the server that held it",
+    "studio.tokenratewindow": "a minute's count of an agent's requests: gone a minute later",
 }
 
 # A nullable owner path costs this much more than a non-null one: used only when no

@@ -15,7 +15,7 @@ from studio.models.jobs import ImportJob, JobStatus, SimulationJob
 from studio.models.judging import JudgeJob, JudgeTarget, StepJudgement
 from studio.models.perturbations import Perturbation
 from studio.models.projects import Membership, Project, Role
-from studio.models.tokens import ApiToken
+from studio.models.tokens import ApiToken, McpSession, TokenRateWindow
 from studio.models.trajectories import (
     DOMAINS,
     Branch,
@@ -35,6 +35,8 @@ __all__ = [
     "AnnotationQueue",
     "AnnotationVersion",
     "ApiToken",
+    "McpSession",
+    "TokenRateWindow",
     "ArenaPair",
     "ArenaRun",
     "DOMAINS",

@@ -44,14 +44,66 @@ MAX_STEPS_LIMIT = 1000
 
 
 class EpisodeError(ValueError):
-    """What the agent did wrong, said to it (HTTP 400 / a WebSocket error)."""
+    """What the agent did wrong, said to it (HTTP `status` / a WebSocket error of `code`).
+    Every transport maps these the same way (`studio.serving`): the HTTP status, the
+    WebSocket error's `code`, and for MCP an `isError` result."""
+
+    status = 400
+    code = "EPISODE_ERROR"
+    retry_after: float | None = None  # seconds, sent as Retry-After (429, 503)
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        if retry_after is not None:
+            self.retry_after = retry_after
+
+
+class EpisodeInvalid(EpisodeError):
+    """The request's content is malformed (bad JSON, unpaired surrogates, NUL, a value of
+    the wrong type or range, arguments that break a tool's schema): HTTP 422."""
+
+    status = 422
+    code = "VALIDATION_ERROR"
+
+
+class EpisodeNotFound(EpisodeError):
+    """No such episode (or world, or task) for this token: HTTP 404."""
+
+    status = 404
+    code = "NOT_FOUND"
+
+
+class EpisodeConflict(EpisodeError):
+    """The episode is not in a state to take this (done, a step still running, another
+    step taken meanwhile): HTTP 409."""
+
+    status = 409
+    code = "CONFLICT"
+
+
+class EpisodeTooLarge(EpisodeError):
+    """A body, action or task over its size limit (the message names the setting): 413."""
+
+    status = 413
+    code = "TOO_LARGE"
 
 
 class EpisodeBusy(EpisodeError):
-    """The project's episodes have as many steps waiting as they may: try again shortly
-    (HTTP 429)."""
+    """A limit that passes (steps waiting, resets or steps per minute): try again after
+    `retry_after` seconds (HTTP 429 with Retry-After)."""
 
     status = 429
+    code = "RATE_LIMITED"
+
+
+class EpisodeUnavailable(EpisodeError):
+    """The studio cannot answer now but the same request may succeed later (a worker lost,
+    no worker for the queue, the model server down): HTTP 503 with Retry-After. Nothing
+    of the step was recorded."""
+
+    status = 503
+    code = "UNAVAILABLE"
+    retry_after = 5.0
 
 
 class TokenRevoked(Exception):
@@ -60,6 +112,9 @@ class TokenRevoked(Exception):
 
 @dataclass
 class StepResult:
+    """What the agent gets: OpenEnv's {"observation", "reward", "done"}. `observation`
+    carries "metadata" (the reward's breakdown per criterion, the end cause, the seed)."""
+
     observation: dict[str, Any]
     done: bool
     reward: float | None = None
