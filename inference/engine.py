@@ -147,8 +147,12 @@ class BranchingEngine:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: int | None = None,
+        seeds: Sequence[int] | None = None,
         on_tokens: TokenCallback | None = None,
     ) -> EngineOutput:
+        """`seed`: branch i samples with seed + i (the N futures of one job). `seeds`: one
+        seed per branch instead (a batch of rows of different episodes, each with the seed
+        of its own step); a row's text depends on its seed alone, not on its batch."""
         import torch
 
         if not branches:
@@ -161,6 +165,10 @@ class BranchingEngine:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if seeds is not None and len(seeds) != len(branches):
+            raise ValueError(
+                f"seeds must have one seed per branch: {len(seeds)} for {len(branches)}"
+            )
         warn_if_slow_kernels(self.device)
         prompts = [list(map(int, b)) for b in branches]
 
@@ -177,7 +185,11 @@ class BranchingEngine:
                 max_new_tokens=max_new_tokens,
                 temperature=temperature,
                 top_p=top_p,
-                seeds=branch_seeds(seed, len(prompts), self.device),
+                seeds=(
+                    branch_seeds(seed, len(prompts), self.device)
+                    if seeds is None
+                    else torch.tensor([int(s) for s in seeds], dtype=torch.long, device=self.device)
+                ),
                 on_tokens=on_tokens,
             )
             run.loop()

@@ -10,12 +10,18 @@ Rules, in order:
    the end when the block is not closed, stripped;
 5. without any `<predicted_observation>`, the answer is the whole cleaned text, stripped.
 
+A world with state keys asks the model to append `<state>{...}</state>` after its
+observation: the last such block that holds a JSON object and ends the (cleaned) text is the
+reported state (`state`, None without one) and is never part of the observation, in any
+case above.
+
 Tags match in any case. Status: "well_formed" (a closed block), "unclosed" (last block has no
 closing tag), "no_tag".
 These strings equal `studio.models.trajectories.ParseStatus` values."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -35,6 +41,8 @@ _THINK_OPEN = re.compile(re.escape(THINK_OPEN), _I)
 _THINK_CLOSE = re.compile(re.escape(THINK_CLOSE), _I)
 _OBS_OPEN = re.compile(re.escape(OBS_OPEN), _I)
 _OBS_CLOSE = re.compile(re.escape(OBS_CLOSE), _I)
+# the state report: a JSON object in state tags at the very end (after the observation)
+_STATE_AT_END = re.compile(r"<state>\s*(\{.*\})\s*(?:</state>\s*)?\Z", _I)
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class ParsedPrediction:
     thinking: str  # text of the dropped think parts, joined by blank lines
     status: str  # well_formed | no_tag | unclosed
     raw: str = ""
+    state: dict | None = None  # what a world with state keys reported, when it did
 
 
 def _last(pattern: re.Pattern, text: str) -> re.Match | None:
@@ -77,17 +86,44 @@ def strip_thinking(text: str) -> tuple[str, list[str]]:
     return cleaned, dropped
 
 
+def split_state(text: str) -> tuple[str, dict | None]:
+    """The text without a trailing `<state>{...}</state>` report, and the report's object
+    (None when the text ends with none, or its JSON is no object). An unclosed state tag at
+    the very end counts (a model cut off at its length limit)."""
+    start = None
+    for start in re.finditer(r"<state>", text, _I):  # noqa: B007 - the last one is wanted
+        pass
+    if start is None:
+        return text, None
+    match = _STATE_AT_END.match(text, start.start())
+    if match is None:
+        return text, None
+    try:
+        data = json.loads(match.group(1))
+    except (json.JSONDecodeError, RecursionError):
+        try:
+            import json_repair
+
+            data = json_repair.loads(match.group(1))
+        except Exception:  # noqa: BLE001 - unreadable: no report, the text stays
+            return text, None
+    if not isinstance(data, dict):
+        return text, None
+    return text[: start.start()], data
+
+
 def parse_prediction(text: str) -> ParsedPrediction:
     if text is None:
         raise TypeError("parse_prediction needs the model output as a string, got None")
     cleaned, dropped = strip_thinking(text)
     thinking = "\n\n".join(part.strip() for part in dropped if part.strip())
+    cleaned, state = split_state(cleaned)
 
     opened = _last(_OBS_OPEN, cleaned)
     if opened is None:
-        return ParsedPrediction(cleaned.strip(), thinking, NO_TAG, text)
+        return ParsedPrediction(cleaned.strip(), thinking, NO_TAG, text, state)
     body = cleaned[opened.end() :]
     close = _OBS_CLOSE.search(body)
     if close is None:
-        return ParsedPrediction(body.strip(), thinking, UNCLOSED, text)
-    return ParsedPrediction(body[: close.start()].strip(), thinking, WELL_FORMED, text)
+        return ParsedPrediction(body.strip(), thinking, UNCLOSED, text, state)
+    return ParsedPrediction(body[: close.start()].strip(), thinking, WELL_FORMED, text, state)

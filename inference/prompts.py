@@ -31,7 +31,9 @@ reconstruction (`reference_messages(row)`) byte for byte.
 System prompts are composed from parts: the shared world-model role, the domain's behaviour,
 tool definitions (JSON schemas, for MCP and search), a fictional-world section and perturbation
 instructions. Empty parts are left out. Every prompt asks the model to think first and then
-answer inside `<predicted_observation>...</predicted_observation>`."""
+answer inside `<predicted_observation>...</predicted_observation>`; a world that declares
+state keys also asks for `<state>{"key": value, ...}</state>` right after it (the state the
+world's rubric reads; `inference.parsing` takes it out of the observation)."""
 
 from __future__ import annotations
 
@@ -217,6 +219,31 @@ step. Then write the observation inside the tags, and nothing after them:
 ...the observation the environment returns...
 </predicted_observation>"""
 
+STATE_TAG_OPEN = "<state>"
+STATE_TAG_CLOSE = "</state>"
+
+OUTPUT_FORMAT_WITH_STATE = """First think about what the environment would do with this action, step by \
+step. Then write the observation inside the tags, then the state of the world after the \
+action as one JSON object inside state tags, and nothing after them:
+<predicted_observation>
+...the observation the environment returns...
+</predicted_observation>
+<state>{example}</state>
+The state object has exactly these keys (use null for a value you cannot tell); the agent \
+never sees it:
+{keys}"""
+
+
+def state_format(state_keys: Sequence[tuple[str, str]]) -> str:
+    """The output instructions of a world with state keys ((name, description) pairs)."""
+    example = json.dumps({name: None for name, _ in state_keys}, ensure_ascii=False)
+    keys = "\n".join(
+        f"- {name}" + (f": {description}" if description else "")
+        for name, description in state_keys
+    )
+    return OUTPUT_FORMAT_WITH_STATE.format(example=example, keys=keys)
+
+
 # Tools a search agent usually has; used when the trajectory brings no tool definitions.
 DEFAULT_SEARCH_TOOLS: list[dict[str, Any]] = [
     {
@@ -283,8 +310,11 @@ def build_system_prompt(
     tools: Sequence[Any] | None = None,
     world: str = "",
     perturbation: str = "",
+    state_keys: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """The world-model system prompt for `domain`, from its parts (empty parts are omitted)."""
+    """The world-model system prompt for `domain`, from its parts (empty parts are omitted).
+    `state_keys`: (name, description) of the state the world model reports after each
+    observation (a world's rubric reads it)."""
     if domain not in DOMAIN_BEHAVIOUR:
         raise ValueError(f"unknown domain {domain!r}; expected one of: {', '.join(DOMAINS)}")
     if tools is None and domain == "search":
@@ -296,5 +326,5 @@ def build_system_prompt(
         parts.append(world_section(world.strip()))
     if perturbation.strip():
         parts.append(perturbation_section(perturbation.strip()))
-    parts.append(OUTPUT_FORMAT)
+    parts.append(state_format(state_keys) if state_keys else OUTPUT_FORMAT)
     return "\n\n".join(parts)

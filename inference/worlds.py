@@ -9,7 +9,8 @@ A world file is one JSON object:
      "files": {"path": "content", ...}, "tools": [<OpenAI tools list>],
      "corpus": [{"title", "url", "snippet", "body"}, ...],
      "screens": [{"name", "elements"}, ...], "initial_state": "...",
-     "demonstrations": [{"action", "observation"}, ...]}
+     "demonstrations": [{"action", "observation"}, ...],
+     "tasks": [...], "rubric": {...}, "termination": {...}, "state_keys": [...]}
 
 `name`, `domain`, `description`, `knowledge`, `files` and `tools` are what every world
 has (empty where unused); the rest are optional. `tools` is an OpenAI `tools` list
@@ -17,7 +18,11 @@ has (empty where unused); the rest are optional. `tools` is an OpenAI `tools` li
 `tools/list` result (`{"tools": [{"name", "description", "inputSchema"}]}`) is read too.
 Each tool's parameters must be a valid JSON Schema (checked with `jsonschema`); errors name
 the field and the tool. `world_to_file(parse_world(x))` is stable: export -> import ->
-export gives the same bytes."""
+export gives the same bytes.
+
+`tasks`, `rubric`, `termination` and `state_keys` make a world rewarded: what each task asks,
+how an episode is scored and when it ends (`inference.rubrics` describes them). They are
+written only when the world has them, so a world without them keeps its file."""
 
 from __future__ import annotations
 
@@ -26,7 +31,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from inference import rubrics
 from inference.prompts import DOMAINS, build_system_prompt
+from inference.rubrics import Rubric, RubricError, StateKey, Task, Termination
 
 FORMAT = "agentworld-studio/world-v1"
 MAX_TEXT = 200_000  # characters of any one text part
@@ -35,6 +42,7 @@ MAX_ITEMS = 2_000  # entries of any one list part
 # and code with Qwen's tokenizer average close to this).
 CHARS_PER_TOKEN = 3.6
 DEFAULT_CONTEXT_BUDGET = 32_768  # tokens the system prompt should stay under by default
+MAX_TASK_STEPS = 1000  # a task's max_steps (the episode API's own limit)
 
 
 class WorldError(ValueError):
@@ -74,10 +82,20 @@ class WorldSpec:
     screens: tuple[Screen, ...] = ()
     initial_state: str = ""
     demonstrations: tuple[Demonstration, ...] = ()
+    tasks: tuple[Task, ...] = ()
+    rubric: Rubric = Rubric()
+    termination: Termination = Termination()
+    state_keys: tuple[StateKey, ...] = ()
 
     @property
     def tool_names(self) -> list[str]:
         return [t["function"]["name"] for t in self.tools]
+
+    def task(self, task_id: str) -> Task | None:
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        return None
 
     def tool(self, name: str) -> dict[str, Any] | None:
         for t in self.tools:
@@ -184,7 +202,8 @@ def parse_world(data: Any) -> WorldSpec:
         raise WorldError("a world is a JSON object")
     known = {
         "format", "name", "domain", "description", "rules", "knowledge", "files", "tools",
-        "corpus", "screens", "initial_state", "demonstrations",
+        "corpus", "screens", "initial_state", "demonstrations", "tasks", "rubric",
+        "termination", "state_keys",
     }  # fmt: skip
     unknown = sorted(set(data) - known, key=str)
     if unknown:
@@ -249,6 +268,25 @@ def parse_world(data: Any) -> WorldSpec:
         )
         for i, d in enumerate(_objects(data, "demonstrations"))
     )
+    tools = read_tools(data.get("tools"))
+    try:
+        state_keys = rubrics.read_state_keys(data.get("state_keys"))
+        key_names = [k.name for k in state_keys]
+        rubric = rubrics.read_rubric(data.get("rubric"), state_keys=key_names)
+        termination = rubrics.read_termination(
+            data.get("termination"),
+            state_keys=key_names,
+            tool_names=[t["function"]["name"] for t in tools],
+        )
+        tasks = rubrics.read_tasks(
+            data.get("tasks"),
+            state_keys=key_names,
+            max_steps_limit=MAX_TASK_STEPS,
+            item_limit=MAX_ITEMS,
+        )
+        rubrics.check_task_rubrics(tasks, rubric, termination)
+    except RubricError as exc:
+        raise WorldError(str(exc)) from None
     return WorldSpec(
         name=name,
         domain=domain,
@@ -256,17 +294,22 @@ def parse_world(data: Any) -> WorldSpec:
         rules=_text(data, "rules", "").strip(),
         knowledge=tuple(knowledge),
         files=tuple(sorted(files)),
-        tools=read_tools(data.get("tools")),
+        tools=tools,
         corpus=corpus,
         screens=screens,
         initial_state=_text(data, "initial_state", "").strip(),
         demonstrations=demos,
+        tasks=tasks,
+        rubric=rubric,
+        termination=termination,
+        state_keys=state_keys,
     )
 
 
 def world_to_file(spec: WorldSpec) -> dict[str, Any]:
-    """The world as its file's JSON object (the form `parse_world` reads back)."""
-    return {
+    """The world as its file's JSON object (the form `parse_world` reads back). The parts of
+    a rewarded world are written only when it has them."""
+    out: dict[str, Any] = {
         "format": FORMAT,
         "name": spec.name,
         "domain": spec.domain,
@@ -280,6 +323,15 @@ def world_to_file(spec: WorldSpec) -> dict[str, Any]:
         "initial_state": spec.initial_state,
         "demonstrations": [asdict(d) for d in spec.demonstrations],
     }
+    if spec.tasks:
+        out["tasks"] = [t.to_file() for t in spec.tasks]
+    if spec.rubric:
+        out["rubric"] = spec.rubric.to_file()
+    if spec.termination:
+        out["termination"] = spec.termination.to_file()
+    if spec.state_keys:
+        out["state_keys"] = [asdict(k) for k in spec.state_keys]
+    return out
 
 
 def dumps(spec: WorldSpec) -> str:
@@ -357,7 +409,11 @@ def compose(
     int` is a tokenizer when the caller has one; else the size is an estimate."""
     section = world_text(spec)
     prompt = build_system_prompt(
-        spec.domain, list(spec.tools) or None, world=section, perturbation=perturbation
+        spec.domain,
+        list(spec.tools) or None,
+        world=section,
+        perturbation=perturbation,
+        state_keys=[(k.name, k.description) for k in spec.state_keys],
     )
     if count_tokens is not None:
         tokens, estimated = int(count_tokens(prompt)), False

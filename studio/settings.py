@@ -349,6 +349,14 @@ STUDIO_EPISODE_MAX_ACTION_KB = env_int("STUDIO_EPISODE_MAX_ACTION_KB", 256, mini
 STUDIO_EPISODE_MAX_TASK_KB = env_int("STUDIO_EPISODE_MAX_TASK_KB", 64, minimum=1)
 STUDIO_EPISODE_RESETS_PER_MINUTE = env_int("STUDIO_EPISODE_RESETS_PER_MINUTE", 120, minimum=1)
 STUDIO_EPISODE_STEPS_PER_MINUTE = env_int("STUDIO_EPISODE_STEPS_PER_MINUTE", 6000, minimum=1)
+# The gpu worker answers the steps of many episodes that arrive together in one engine call
+# (`inference.step_batcher`): the first waits this long for others, a call takes at most this
+# many rows.
+STUDIO_GPU_BATCH_WINDOW_MS = env_int("STUDIO_GPU_BATCH_WINDOW_MS", 5, minimum=0)
+STUDIO_GPU_BATCH_MAX_ROWS = env_int("STUDIO_GPU_BATCH_MAX_ROWS", 16, minimum=1)
+# An episode that took no step this long after its reset is deleted by the sweeper (a reset
+# alone records nothing worth keeping; the library hides such episodes meanwhile).
+STUDIO_EMPTY_EPISODE_TTL_S = env_int("STUDIO_EMPTY_EPISODE_TTL_S", 3600, minimum=60)
 
 # ---- World model ------------------------------------------------------------------------
 # Default backend for simulations when a request does not name one: the retrieval baseline
@@ -375,7 +383,10 @@ STUDIO_ENDPOINT_KEY_ENVS = env_key_bindings("STUDIO_ENDPOINT_KEY_ENVS")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # no API token in a log line (the episode API takes it in the URL path); uvicorn's own
+    # loggers get the same filter when the episode app is imported (studio.serving.log_redaction)
+    "filters": {"redact_tokens": {"()": "studio.serving.log_redaction.RedactTokens"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact_tokens"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "INFO"},

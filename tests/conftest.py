@@ -25,6 +25,23 @@ def _isolated_queues():
     purge_test_queues()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_windows():
+    """Every test starts with no resets or steps counted: a test database hands out token
+    ids again, and Redis (which counts them where it is the broker) outlives the flush."""
+    from studio.jobs.replies import redis_url
+
+    if redis_url() is not None:
+        import redis
+
+        client = redis.Redis.from_url(str(redis_url()), socket_timeout=2)
+        keys = list(client.scan_iter(f"{settings.STUDIO_QUEUE_PREFIX}studio:rate:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+    yield
+
+
 @pytest.fixture(scope="session")
 def default_worker(django_db_setup, django_db_blocker):
     """One real worker on this run's default and gpu queues, shared by every test that only

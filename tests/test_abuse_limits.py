@@ -570,27 +570,53 @@ def test_episode_steps_have_a_limit_of_their_own(project, settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_episode_api_answers_429_when_its_steps_are_busy(project, settings):
+    """A served world model answers in the web process (no job row): its steps waiting on
+    the model are counted there, per project (`studio.serving.direct`)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     from inference.worlds import parse_world
+    from studio.services.endpoints import EndpointData, make_default, save_endpoint
     from studio.services.tokens import create_token
     from studio.services.worlds import save_world
     from tests.support.asgi import asgi_server
+    from tests.support.fake_openai import fake_openai_server
     from tests.test_episodes import http
 
     settings.STUDIO_MAX_ACTIVE_EPISODE_STEPS = 1
     world = save_world(project, parse_world(WORLD)).world
-    _episode_world_model(project)
     token, text = create_token(project, "agent")
-    first = episodes.reset(token, world, task="look", max_steps=5)[0]
-    episodes.start_step(token, first.pk, {"action": "ls"})  # waiting (no worker here)
-    with asgi_server() as base:
+    gate, arrived = threading.Event(), threading.Event()
+
+    def held(request, index):
+        arrived.set()
+        gate.wait(30)
+        return "<predicted_observation>ok</predicted_observation>"
+
+    with fake_openai_server(held) as srv, asgi_server() as base:
+        endpoint = save_endpoint(
+            project,
+            EndpointData(name="fake", role="world", kind="openai", base_url=srv.base_url, model="m"),
+        ).endpoint
+        make_default(endpoint)
         url = f"{base}/env/worlds/{world.pk}"
-        status, answer = http("POST", f"{url}/reset", {"task": "t"}, token=text)
-        episode = answer["observation"]["episode_id"]
-        status, answer = http(
-            "POST", f"{url}/step", {"episode_id": episode, "action": {"action": "ls"}}, token=text
+        first, second = (
+            http("POST", f"{url}/reset", {"task": "t"}, token=text)[1]["observation"]["episode_id"]
+            for _ in range(2)
         )
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(
+                http, "POST", f"{url}/step", {"episode_id": first, "action": {"action": "ls"}}, text
+            )
+            assert arrived.wait(30)  # its step waits on the model
+            status, answer = http(
+                "POST", f"{url}/step", {"episode_id": second, "action": {"action": "ls"}},
+                token=text,
+            )  # fmt: skip
+            gate.set()
+            assert waiting.result(timeout=60)[0] == 200
     assert status == 429 and "STUDIO_MAX_ACTIVE_EPISODE_STEPS" in answer["detail"]
-    assert SimulationJob.objects.count() == 1
+    assert not SimulationJob.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)

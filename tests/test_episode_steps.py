@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+from inference.rubrics import step_seed
 from inference.simulation.sink import RunOutcome
 from inference.worlds import parse_world
 from studio.jobs import episode_steps, replies
@@ -201,10 +202,64 @@ def test_an_answered_step_records_its_world_and_answers_the_waiting_agent(projec
     assert step.observation == "ok 0" and step.meta["world"]["name"] == "Shell"
     assert "stream" not in srv.requests[0]  # asked whole: nobody watches tokens arrive
     result = episodes.step_result(job)  # what the agent gets when no message reached it
+    seed = step_seed(trajectory.metadata["episode"]["seed"], 0)
     assert result.observation == {
-        "episode_id": str(trajectory.pk), "text": "ok 0", "step": 0, "parse_status": "well_formed",
+        "episode_id": str(trajectory.pk), "text": "ok 0", "step": 1, "parse_status": "well_formed",
+        "metadata": {"seed": seed, "rubric": {}, "end_cause": None},
     }  # fmt: skip
-    assert result.done is False
+    assert result.done is False and result.reward is None
+    assert srv.requests[0]["seed"] == seed == step.meta["seed"]  # the step's own seed
+
+
+REWARDED = {
+    **WORLD,
+    "rubric": {
+        "step": [{"name": "says-ok", "kind": "contains", "target": "observation", "pattern": "ok"}],
+        "episode": [
+            {"name": "ends-on-1", "kind": "regex", "target": "observation", "pattern": "ok 1$"}
+        ],
+    },
+    "termination": {
+        "terminal": [
+            {"name": "one", "kind": "contains", "target": "observation", "pattern": "ok 1"}
+        ]
+    },
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rewarded_world_scores_each_step_and_ends_the_episode_on_its_terminal_check(project):
+    """The job path (an in-process model's) applies the world's rubric as the direct path
+    does: a reward on every step, the return kept, and at the terminal check the episode's
+    end with the episode rubric added, on the step, in the answer and on the trajectory."""
+    sent: list[dict] = []  # what the waiting agents are told (`replies.publish`)
+    with fake_openai_server() as srv, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(replies, "publish", lambda to, answer: sent.append(answer))
+        token, _, _ = _episode(project, srv.base_url)  # answers "ok 0", then "ok 1"
+        world = save_world(project, parse_world({**REWARDED, "name": "Rewarded"})).world
+        trajectory, _ = episodes.reset(token, world, task="look", seed=3, max_steps=5)
+        for action in ("ls", "cat /a"):
+            job = episodes.start_step(token, trajectory.pk, {"action": action})
+            episode_steps.run_episode_step(job.pk, f"m-{action}")
+    assert [answer["ok"] for answer in sent] == [True, True], sent
+    first, last = sent
+    assert first["reward"] == 1.0 and first["done"] is False
+    assert first["observation"]["metadata"]["rubric"] == {"says-ok": 1.0}
+    assert first["observation"]["metadata"]["end_cause"] is None
+    assert last["done"] is True and last["reward"] == 2.0  # the step's 1.0 + the episode's 1.0
+    assert last["observation"]["metadata"]["end_cause"] == "terminal"
+    steps = list(Step.objects.filter(branch__trajectory=trajectory).order_by("index"))
+    assert [s.meta["reward"] for s in steps] == [1.0, 2.0]
+    assert steps[1].meta["end_cause"] == "terminal"
+    assert steps[1].meta["rubric"] == {"says-ok": 1.0, "ends-on-1": 1.0}
+    episode = Trajectory.objects.get(pk=trajectory.pk).metadata["episode"]
+    assert episode["status"] == "done" and episode["return"] == 3.0
+    assert episode["end"]["cause"] == "terminal" and episode["end"]["step"] == 1
+    assert episode["end"]["reward"] == 2.0
+    # read back from the rows (no message reached the agent): the same end
+    job = SimulationJob.objects.get(trajectory=trajectory, fork_index=1)
+    result = episodes.step_result(job)
+    assert result.done is True and result.reward == 2.0
 
 
 @pytest.mark.django_db(transaction=True)

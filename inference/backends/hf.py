@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from inference.backends.errors import BackendError
-from inference.types import Completion, GenerationRequest, StreamCallback, StreamEvent
+from inference.types import (
+    Completion,
+    GenerationRequest,
+    Message,
+    SamplingParams,
+    StreamCallback,
+    StreamEvent,
+)
 
 # How often a decoding branch reports its text (seconds); the first token always reports.
 STREAM_INTERVAL_S = 0.2
@@ -167,3 +175,36 @@ class HFBackend:
                 )
             )
         return completions
+
+    def generate_rows(
+        self, rows: Sequence[list[Message]], params: SamplingParams, seeds: Sequence[int]
+    ) -> list[Completion]:
+        """One engine call for differing prompts, one sample each, row i sampled with
+        seeds[i] (the steps of many episodes, `inference.step_batcher`). Not streamed."""
+        from inference.engine import BranchingEngine
+
+        loaded = load_model(self.model, self.device)
+        prompts = [self.encode(m) for m in rows]
+        engine = BranchingEngine(loaded.model, eos_token_ids=loaded.eos_token_ids)
+        with _GENERATE_LOCK:
+            try:
+                result = engine.generate(
+                    prompts,
+                    max_new_tokens=params.max_tokens,
+                    temperature=params.temperature,
+                    top_p=1.0 if params.top_p is None else params.top_p,
+                    seeds=list(seeds),
+                )
+            except (RuntimeError, ValueError) as e:
+                raise BackendError(f"generation with {self.model!r} failed: {e}") from e
+        return [
+            Completion(
+                text=loaded.tokenizer.decode(branch.tokens, skip_special_tokens=True),
+                tokens_in=len(prompts[i]),
+                tokens_out=len(branch.tokens),
+                prefill_s=result.prefill_s,  # shared by the rows of the call
+                decode_s=result.decode_s,
+                finish_reason=branch.finish_reason,
+            )
+            for i, branch in enumerate(result.branches)
+        ]

@@ -1253,3 +1253,190 @@ SWE = {
         },
     ],
 }
+
+
+# ------------------------------------------------------------------------------ rewarded worlds
+# World files (`inference.worlds`) that `load_demo` imports: each holds tasks with success
+# criteria, a submit action and checks, so a new user's agent plays a rewarded task at once
+# (`reset` with a task_id or a seed, then steps until it submits).
+
+SUBMIT_TOOL = tool(
+    "submit_answer",
+    "End the task and hand in the final answer (the episode ends with this call).",
+    {"answer": {"type": "string", "description": "the final answer, as the task asks for it"}},
+    ["answer"],
+)
+
+CALENDAR_WORLD = {
+    "name": "Northwind calendar",
+    "domain": "mcp",
+    "description": (
+        "The calendar and mail tools of Alex Kim (alex.kim@northwind.dev), a search engineer "
+        "at Northwind, in the week of 9 March 2026 (Europe/Berlin)."
+    ),
+    "rules": (
+        "Only events Alex organises can be moved. find_free_slots answers from every "
+        "attendee's calendar. update_event with notify_attendees true emails the attendees "
+        "itself."
+    ),
+    "initial_state": "Wednesday 11 March 2026, 09:40 Berlin time. Alex's inbox is empty.",
+    "knowledge": [
+        "On Thursday 12 March the quarterly planning offsite (evt_7Qk2) runs 09:00-17:00; "
+        "the 'Search relevance sync' (evt_93fA, organised by Alex, 30 minutes) is at 14:00.",
+        "The sync's attendees: priya.natarajan@northwind.dev, marco.bellini@northwind.dev, "
+        "lea.hoffmann@northwind.dev and Alex.",
+        "On Friday 13 March every attendee is free 11:30-12:00, 14:00-14:30 and 16:30-17:00 "
+        "(working hours 09:00-18:00); a deploy window takes 09:30-10:30.",
+        "The 1:1 Alex / Jonas (evt_1b0c) on Thursday is at 17:30, organised by "
+        "jonas.berg@northwind.dev.",
+    ],
+    "tools": [*CAL_TOOLS, SUBMIT_TOOL],
+    "state_keys": [
+        {"name": "sync_moved", "description": "true once evt_93fA starts on Friday 13 March"},
+        {"name": "attendees_told", "description": "true once the attendees were emailed"},
+    ],
+    "tasks": [
+        {
+            "id": "move-sync",
+            "instruction": (
+                "The 'Search relevance sync' on Thursday 12 March clashes with the planning "
+                "offsite. Move it to the first 30-minute slot on Friday 13 March when every "
+                "attendee is free, make sure the attendees are told, then submit the new "
+                "start time (HH:MM, Berlin time)."
+            ),
+            "success_criteria": (
+                "The sync (evt_93fA) was moved to Friday 13 March 11:30-12:00, the attendees "
+                "were emailed (by update_event's notice or an email), and the answer is 11:30."
+            ),
+            "expected": "11:30",
+            "max_steps": 12,
+        },
+        {
+            "id": "count-thursday",
+            "instruction": (
+                "How many events are on Alex's calendar on Thursday 12 March 2026? Submit "
+                "the number."
+            ),
+            "success_criteria": "The agent listed Thursday's events and answered 3.",
+            "expected": "3",
+            "max_steps": 5,
+            "rubric": {
+                "step": [],
+                "episode": [
+                    {"name": "answer", "kind": "exact", "target": "final_answer", "weight": 1},
+                ],
+            },
+        },
+    ],
+    "rubric": {
+        "step": [],
+        "episode": [
+            {"name": "answer", "kind": "exact", "target": "final_answer", "weight": 2},
+            {"name": "moved", "kind": "state", "key": "sync_moved", "weight": 1},
+            {"name": "told", "kind": "state", "key": "attendees_told", "weight": 1},
+        ],
+    },
+    "termination": {
+        "terminal": [],
+        "submit": {"tool": "submit_answer", "argument": "answer"},
+    },
+    "demonstrations": [
+        {
+            "action": call("get_event", event_id="evt_1b0c"),
+            "observation": result(
+                {
+                    "id": "evt_1b0c",
+                    "title": "1:1 Alex / Jonas",
+                    "start": "2026-03-12T17:30:00+01:00",
+                    "end": "2026-03-12T18:00:00+01:00",
+                    "organizer": "jonas.berg@northwind.dev",
+                }
+            ),
+        }
+    ],
+}
+
+BACKUP_WORLD = {
+    "name": "ops-box backups",
+    "domain": "terminal",
+    "description": (
+        "ops-box, a Debian 12 server; the user deploy (sudo allowed) is logged in over ssh. "
+        "backup.service runs /usr/local/bin/run-backup.sh nightly at 01:30."
+    ),
+    "rules": (
+        "/var/backups is its own 98G filesystem (/dev/sdb1). restic's repository under "
+        "/var/backups/restic keeps every snapshot until `restic forget` prunes it. Deleting "
+        "files frees their space at once."
+    ),
+    "initial_state": "deploy@ops-box:~$ (ssh session, sudo allowed)",
+    "knowledge": [
+        "Last night's backup failed: restic wrote 'no space left on device' to the journal.",
+        "df shows /var/backups 100% used (93G of 98G, 0 available).",
+        "/var/backups/pg_dumps holds 61 nightly dumps of 1.2G each, from 9 January to 11 "
+        "March 2026; the script never deletes old dumps.",
+        "/var/backups/restic holds 24G; the dpkg folder 2M.",
+    ],
+    "files": {
+        "/usr/local/bin/run-backup.sh": (
+            "#!/bin/sh\nset -eu\n"
+            "pg_dump -Fc shop > /var/backups/pg_dumps/shop-$(date +%F).dump\n"
+            "restic -r /var/backups/restic backup /srv /etc\n"
+        ),
+    },
+    "state_keys": [
+        {"name": "space_freed", "description": "true once /var/backups has 10G or more free"},
+        {"name": "recent_dumps_kept", "description": "false if a dump of the last 7 days is gone"},
+    ],
+    "tasks": [
+        {
+            "id": "why-failed",
+            "instruction": (
+                "The nightly backup on ops-box failed. Find out which filesystem is full and "
+                "answer with a line 'FINAL ANSWER: <mount point>'."
+            ),
+            "success_criteria": "The agent looked at the failure and answered /var/backups.",
+            "expected": "/var/backups",
+            "max_steps": 8,
+            "rubric": {
+                "step": [],
+                "episode": [
+                    {"name": "answer", "kind": "exact", "target": "final_answer", "weight": 1},
+                ],
+            },
+        },
+        {
+            "id": "free-space",
+            "instruction": (
+                "The nightly backup on ops-box failed for lack of space. Free at least 10G on "
+                "/var/backups without deleting any dump of the last 7 days, then answer with "
+                "'FINAL ANSWER: <free space df reports>'."
+            ),
+            "success_criteria": (
+                "At least 10G is free on /var/backups, every dump of the last 7 days is still "
+                "there, and the answer gives the free space df reported."
+            ),
+            "expected": "",
+            "max_steps": 15,
+        },
+    ],
+    "rubric": {
+        "step": [
+            # a small reward each time the shell shows the disk with room to spare
+            {"name": "room", "kind": "regex", "pattern": r"/dev/sdb1\s+\S+\s+\S+\s+[1-9]\d+G"},
+        ],
+        "episode": [
+            {"name": "freed", "kind": "state", "key": "space_freed", "weight": 2},
+            {"name": "kept", "kind": "state", "key": "recent_dumps_kept", "weight": 2},
+            {"name": "said", "kind": "regex", "target": "final_answer", "pattern": r"\d+(\.\d+)?G"},
+        ],
+    },
+    "termination": {
+        "terminal": [
+            # wiping the backup disk ends the episode (its state says the recent dumps are gone)
+            {"name": "dumps-lost", "kind": "state", "key": "recent_dumps_kept", "equals": False},
+        ],
+        "submit": {"prefix": "FINAL ANSWER:"},
+    },
+}
+
+REWARDED_WORLDS = [CALENDAR_WORLD, BACKUP_WORLD]

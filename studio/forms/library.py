@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from studio.models import Domain, Project
+from studio.services.episode_library import CLIENTS, STATES
 
 SORTS = {
     "newest": ("-created_at", "-id"),
@@ -38,6 +39,26 @@ class LibraryFilterForm(forms.Form):
     tag = forms.ChoiceField(required=False, choices=[("", "All tags")])
     # "*": any perturbed step; else steps perturbed by the perturbation of that label
     perturbation = forms.ChoiceField(required=False, choices=[("", "Perturbed or not")])
+    # episodes served to agents (`studio.services.episode_library`)
+    world = forms.TypedChoiceField(
+        required=False, coerce=int, empty_value=None, choices=[("", "All worlds")]
+    )
+    client = forms.ChoiceField(required=False, choices=[("", "Any client"), *CLIENTS])
+    token = forms.TypedChoiceField(
+        required=False, coerce=int, empty_value=None, choices=[("", "Any token")]
+    )
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *STATES])
+    reward_min = forms.FloatField(
+        required=False,
+        label="Reward from",
+        widget=forms.NumberInput(attrs={"step": "any", "placeholder": "reward ≥"}),
+    )
+    reward_max = forms.FloatField(
+        required=False,
+        label="Reward to",
+        widget=forms.NumberInput(attrs={"step": "any", "placeholder": "reward ≤"}),
+    )
+    empty = forms.BooleanField(required=False, label="Show episodes without steps")
     sort = forms.ChoiceField(required=False, choices=SORT_CHOICES, initial="newest")
     page = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
 
@@ -65,6 +86,31 @@ class LibraryFilterForm(forms.Form):
             *((label, f"Perturbed by {label}") for label in labels_in_project(project)),
         ]
 
+        world_field = self.fields["world"]
+        assert isinstance(world_field, forms.ChoiceField)
+        world_field.choices = [
+            ("", "All worlds"),
+            *project.worlds.order_by("name").values_list("pk", "name"),
+        ]
+        token_field = self.fields["token"]
+        assert isinstance(token_field, forms.ChoiceField)
+        token_field.choices = [
+            ("", "Any token"),
+            *(
+                (pk, f"{name} ({prefix}…)")
+                for pk, name, prefix in project.api_tokens.order_by("name").values_list(
+                    "pk", "name", "prefix"
+                )
+            ),
+        ]
+
+    def clean(self):
+        data = super().clean() or {}
+        low, high = data.get("reward_min"), data.get("reward_max")
+        if low is not None and high is not None and low > high:
+            self.add_error("reward_max", f"must be at least the lower bound ({low:g})")
+        return data
+
     def clean_sort(self) -> str:
         return self.cleaned_data.get("sort") or "newest"
 
@@ -74,4 +120,7 @@ class LibraryFilterForm(forms.Form):
     @property
     def is_filtered(self) -> bool:
         data = getattr(self, "cleaned_data", {})
-        return any(data.get(k) for k in ("q", "domain", "source", "tag", "perturbation"))
+        keys = ("q", "domain", "source", "tag", "perturbation", "world", "client", "token", "state")
+        return any(data.get(k) for k in keys) or any(
+            data.get(k) is not None for k in ("reward_min", "reward_max")
+        )

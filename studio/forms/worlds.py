@@ -2,7 +2,9 @@
 together into the world's JSON and checked once by `inference.worlds.parse_world`. A tool's
 parameters are JSON typed into a textarea: their syntax is checked here, on the tool's field;
 everything else (JSON Schema validity, duplicate names, sizes) by `parse_world`, whose
-message names the part and the tool."""
+message names the part and the tool. Tasks (with their success criteria) and state keys are
+rows like the tools; the world's rubric and termination, and a task's own rubric, are JSON
+in textareas (the format `inference.rubrics` describes), checked the same way."""
 
 from __future__ import annotations
 
@@ -91,6 +93,98 @@ class ToolForm(forms.Form):
             ) from None
 
 
+def _json_field(value: str, what: str) -> Any:
+    """The JSON typed into a textarea (None when blank); a syntax error names the line."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise forms.ValidationError(f"{what}: the JSON is nested too deeply.") from None
+    except json.JSONDecodeError as exc:
+        raise forms.ValidationError(
+            f"{what}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}."
+        ) from None
+
+
+RUBRIC_HELP = (
+    'JSON: {"step": [checks], "episode": [checks]}; a check is {"name", "kind": exact | '
+    'contains | regex | state | judge, "weight", ...}.'
+)
+
+
+class TaskForm(forms.Form):
+    id = forms.CharField(
+        required=False,
+        max_length=100,
+        label="Id",
+        help_text="A slug, e.g. refund-order.",
+        widget=forms.TextInput(attrs={"placeholder": "refund-order"}),
+    )
+    instruction = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="What the agent is told.",
+    )
+    success_criteria = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Success criteria",
+        help_text="What a judge checks at the end (a judge check's default criteria).",
+    )
+    expected = forms.CharField(
+        required=False,
+        max_length=5000,
+        label="Expected answer",
+        help_text="The final answer; exact and contains checks without a pattern compare with it.",
+    )
+    max_steps = forms.IntegerField(
+        required=False, min_value=1, max_value=worlding.MAX_TASK_STEPS, label="Max steps"
+    )
+    rubric = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={**TEXTAREA, "placeholder": "Blank: the world's rubric"}),
+        label="Rubric of this task",
+        help_text="Blank: the world's rubric. " + RUBRIC_HELP,
+    )
+
+    def clean_rubric(self) -> Any:
+        return _json_field(self.cleaned_data.get("rubric", ""), "Rubric")
+
+
+class StateKeyForm(forms.Form):
+    name = forms.CharField(required=False, max_length=100)
+    description = forms.CharField(
+        required=False, max_length=2000, help_text="What the value means, e.g. true once refunded."
+    )
+
+
+class RewardsForm(forms.Form):
+    """The world's rubric and termination, as JSON."""
+
+    rubric = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+        label="Rubric",
+        help_text=RUBRIC_HELP + " Step checks score every observation; episode checks score "
+        "the episode at its end.",
+    )
+    termination = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        label="Termination",
+        help_text='JSON: {"terminal": [checks that end the episode when one passes], "submit": '
+        '{"tool": "submit_answer", "argument": "answer"} or {"prefix": "FINAL ANSWER:"}}.',
+    )
+
+    def clean_rubric(self) -> Any:
+        return _json_field(self.cleaned_data.get("rubric", ""), "Rubric")
+
+    def clean_termination(self) -> Any:
+        return _json_field(self.cleaned_data.get("termination", ""), "Termination")
+
+
 class DocumentForm(forms.Form):
     title = forms.CharField(required=False, max_length=500)
     url = forms.CharField(required=False, max_length=2000, label="URL")
@@ -123,7 +217,12 @@ PARTS: list[tuple[str, type[forms.Form], str]] = [
     ("corpus", DocumentForm, "Search corpus"),
     ("screens", ScreenForm, "Screens"),
     ("demonstrations", DemonstrationForm, "Demonstrations"),
+    ("tasks", TaskForm, "Tasks"),
+    ("state_keys", StateKeyForm, "State keys"),
 ]
+# Parts a form may lack (posted by a client made before they existed): none of them.
+OPTIONAL_PARTS = ("tasks", "state_keys")
+ALWAYS_OPEN = {"tasks"}  # every domain's worlds have tasks
 
 
 # The parts each domain's worlds usually have (knowledge and demonstrations: every domain).
@@ -141,8 +240,14 @@ RELEVANT = {
 def _blank(form: forms.Form) -> bool:
     data = getattr(form, "cleaned_data", {}) or {}
     return all(
-        not str(v or "").strip() for k, v in data.items() if k not in ("DELETE", "parameters")
+        not str(v if v is not None else "").strip()
+        for k, v in data.items()
+        if k not in ("DELETE", "parameters")
     ) and (not isinstance(form, ToolForm) or not data.get("name"))
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False) if value else ""
 
 
 class WorldEditor:
@@ -151,9 +256,16 @@ class WorldEditor:
 
     def __init__(self, data=None, *, project, world: World | None = None, initial=None):
         initial = initial or {}
+        if data is not None and any(f"{p}-TOTAL_FORMS" not in data for p in OPTIONAL_PARTS):
+            data = data.copy()
+            for prefix in OPTIONAL_PARTS:
+                if f"{prefix}-TOTAL_FORMS" not in data:
+                    data[f"{prefix}-TOTAL_FORMS"] = "0"
+                    data[f"{prefix}-INITIAL_FORMS"] = "0"
         self.basics = BasicsForm(
             data, project=project, world=world, initial=initial.get("basics"), prefix="world"
         )
+        self.rewards = RewardsForm(data, initial=initial.get("rewards"), prefix="rewards")
         self.formsets = {}
         for prefix, form, _ in PARTS:
             factory = formset_factory(form, extra=1, can_delete=True)
@@ -185,6 +297,22 @@ class WorldEditor:
             "corpus": [vars(d) for d in spec.corpus],
             "screens": [vars(s) for s in spec.screens],
             "demonstrations": [vars(d) for d in spec.demonstrations],
+            "tasks": [
+                {
+                    "id": t.id,
+                    "instruction": t.instruction,
+                    "success_criteria": t.success_criteria,
+                    "expected": t.expected,
+                    "max_steps": t.max_steps,
+                    "rubric": _json_text(t.rubric.to_file() if t.rubric is not None else None),
+                }
+                for t in spec.tasks
+            ],
+            "state_keys": [vars(k) for k in spec.state_keys],
+            "rewards": {
+                "rubric": _json_text(spec.rubric.to_file() if spec.rubric else None),
+                "termination": _json_text(spec.termination.to_file() if spec.termination else None),
+            },
         }
         return cls(project=project, world=world, initial=initial)
 
@@ -217,8 +345,17 @@ class WorldEditor:
         for prefix, _, title in PARTS:
             formset = self.formsets[prefix]
             filled = formset.has_changed() if formset.is_bound else bool(formset.initial)
-            out.append((prefix, title, formset, prefix in used or filled))
+            out.append((prefix, title, formset, prefix in used or prefix in ALWAYS_OPEN or filled))
         return out
+
+    @property
+    def rewards_open(self) -> bool:
+        """The rewards part unfolds when it holds something or has an error."""
+        form = self.rewards
+        if form.is_bound:
+            filled = any(form.data.get(f"rewards-{f}", "").strip() for f in form.fields)
+            return filled or bool(form.errors)
+        return any((form.initial or {}).get(f) for f in form.fields)
 
     def _rows(self, prefix: str) -> list[dict[str, Any]]:
         rows = []
@@ -261,10 +398,32 @@ class WorldEditor:
             "corpus": self._rows("corpus"),
             "screens": self._rows("screens"),
             "demonstrations": self._rows("demonstrations"),
+            **self._reward_parts(),
         }
+
+    def _reward_parts(self) -> dict[str, Any]:
+        """Tasks, state keys, rubric and termination: only what the form holds, so a world
+        without them keeps its file."""
+        out: dict[str, Any] = {}
+        tasks = [
+            {k: v for k, v in row.items() if v is not None and not (k == "max_steps" and v == "")}
+            for row in self._rows("tasks")
+        ]
+        if tasks:
+            out["tasks"] = tasks
+        keys = self._rows("state_keys")
+        if keys:
+            out["state_keys"] = keys
+        r = self.rewards.cleaned_data
+        if r.get("rubric") is not None:
+            out["rubric"] = r["rubric"]
+        if r.get("termination") is not None:
+            out["termination"] = r["termination"]
+        return out
 
     def is_valid(self) -> bool:
         ok = self.basics.is_valid()
+        ok = self.rewards.is_valid() and ok
         for formset in self.formsets.values():
             ok = formset.is_valid() and ok
         if not ok:
@@ -284,11 +443,16 @@ class WorldEditor:
 
 def _part_message(message: str) -> str:
     """A parse_world message as the editor says it: `tools[1] (x): ...` -> `Tools, row 2 (x): ...`."""
-    m = re.match(r"(\w+)\[(\d+)\](.*)", message)
+    m = re.match(r"(\w+)\[(\d+)\](.*)", message, re.DOTALL)
     if m:
         titles = {p: t for p, _, t in PARTS}
         part = titles.get(m.group(1), m.group(1))
-        message = f"{part}, row {int(m.group(2)) + 1}{m.group(3)}"
+        rest = m.group(3)
+        # `tasks[0] (refund).instruction is required` -> `Tasks, row 1 (refund): instruction ...`
+        dotted = re.match(r"( \([^)]*\))?\.(.*)", rest, re.DOTALL)
+        if dotted:
+            rest = f"{dotted.group(1) or ''}: {dotted.group(2)}"
+        message = f"{part}, row {int(m.group(2)) + 1}{rest}"
     return message[0].upper() + message[1:] + ("" if message.endswith(".") else ".")
 
 
@@ -298,8 +462,26 @@ class WorldImportForm(forms.Form):
 
 class StartTrajectoryForm(forms.Form):
     task = forms.CharField(
+        required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
         label="Task instruction",
         help_text="What the agent is asked to do in this world.",
         max_length=5000,
     )
+    task_id = forms.CharField(required=False, max_length=100, label="Or one of its tasks")
+
+    def instruction(self, spec: worlding.WorldSpec) -> str | None:
+        """The instruction to start with: the world's task picked, else the one typed; None
+        (with the form's error) when neither is there."""
+        task_id = self.cleaned_data.get("task_id", "").strip()
+        if task_id:
+            task = spec.task(task_id)
+            if task is None:
+                self.add_error("task_id", f"{spec.name!r} has no task {task_id!r}.")
+                return None
+            return task.instruction
+        typed = self.cleaned_data.get("task", "").strip()
+        if not typed:
+            self.add_error("task", "Write the task the agent is given, or pick one of the world's.")
+            return None
+        return typed

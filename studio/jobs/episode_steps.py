@@ -9,11 +9,18 @@ its task, its branch) is read once per process; the shared monitor (`studio.jobs
 beats for every step in flight instead of a thread and a database connection per step; the
 answer is asked whole, not streamed; the job's outcome, the step and the episode's step count
 are written in one transaction. The episodes queue's worker runs these on a threads pool,
-many model calls at once."""
+many model calls at once.
+
+A step of an in-process model (the gpu queue's worker, on a threads pool too) does not call
+the engine itself: its prompt joins the process's collector (`inference.step_batcher`), which
+answers the steps of many episodes that arrive together in ONE engine call, each row with
+its step's own seed. The step's rewards are the world's rubric's (`studio.services.rewards`),
+written on the step with it; at the episode's end, its end."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +43,7 @@ from inference.simulation.sink import (
     Totals,
 )
 from inference.simulation.world import WorldContext
+from inference.step_batcher import BatchedBackend, StepBatcher
 from studio.jobs import replies
 from studio.jobs.inflight import Flight, inflight
 from studio.jobs.runtime import claim, clear_pulse, single_writer_db
@@ -65,6 +73,8 @@ class Episode:
     tools: list | None
     max_steps: int
     lineage: list  # the branch's lineage: which rows its steps are
+    project_id: int = 0
+    plan: Any = None  # how the world scores and ends it (`rewards.plan_of`); None: no rubric
 
 
 _EPISODES: dict[tuple[int, int, int | None], Episode] = {}
@@ -86,8 +96,10 @@ def episode_of(job: SimulationJob) -> Episode:
 
         spec = job.world_version.spec()  # type: ignore[union-attr]
         system_prompt, tools = compose(spec).system_prompt, list(spec.tools) or None
+        plan = plan_of(spec, (trajectory.metadata or {}).get("episode") or {})
     else:
         system_prompt, tools = system_prompt_for(trajectory), trajectory.tools or None
+        plan = None
     branch = job.branch
     found = Episode(
         domain=trajectory.domain,
@@ -96,12 +108,65 @@ def episode_of(job: SimulationJob) -> Episode:
         tools=tools,
         max_steps=max_steps_of(trajectory),
         lineage=list(branch.lineage or branch.compute_lineage()),
+        project_id=trajectory.project_id,
+        plan=plan,
     )
     with _EPISODES_LOCK:
         if len(_EPISODES) >= _EPISODES_MAX:
             _EPISODES.pop(next(iter(_EPISODES)))
         _EPISODES[key] = found
     return found
+
+
+def rewards_module() -> Any:
+    """`studio.services.rewards`, or None in a tree without it (its rubrics not built)."""
+    try:
+        from studio.services import rewards
+    except ImportError:
+        return None
+    return rewards
+
+
+def plan_of(spec: Any, episode: dict) -> Any:
+    rewards = rewards_module()
+    return None if rewards is None else rewards.plan_of(spec, episode)
+
+
+# ---- one engine call for the steps of many episodes (the in-process model) ----------------
+
+_BATCHER: StepBatcher | None = None
+_BATCHER_LOCK = threading.Lock()
+
+
+def batch_setting(name: str, default: float) -> float:
+    """STUDIO_GPU_BATCH_WINDOW_MS / STUDIO_GPU_BATCH_MAX_ROWS: the Django setting, else the
+    environment variable, else the default."""
+    value = getattr(settings, name, None)
+    if value is None:
+        value = os.environ.get(name) or default
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+
+
+def batcher() -> StepBatcher:
+    """This process's collector: the model lives once per process, so its batches do."""
+    global _BATCHER
+    with _BATCHER_LOCK:
+        if _BATCHER is None:
+            _BATCHER = StepBatcher(
+                window_s=batch_setting("STUDIO_GPU_BATCH_WINDOW_MS", 5) / 1000,
+                max_rows=max(1, int(batch_setting("STUDIO_GPU_BATCH_MAX_ROWS", 16))),
+            )
+        return _BATCHER
+
+
+def batched(backend: Any) -> Any:
+    """The in-process model's steps go through the collector; a served model's as they are."""
+    if getattr(backend, "name", "") != "hf":
+        return backend
+    return BatchedBackend(backend, batcher())
 
 
 def world_of(job: SimulationJob, episode: Episode) -> WorldContext:
@@ -129,14 +194,21 @@ def request_of(job: SimulationJob, episode: Episode) -> SimulationRequest:
 
 
 class EpisodeSink:
-    """Writes the one step into the episode's branch."""
+    """Writes the one step into the episode's branch, with its verdict (reward, rubric,
+    whether it ends the episode)."""
 
-    def __init__(self, job: SimulationJob, flight: Flight):
+    def __init__(self, job: SimulationJob, flight: Flight, episode: Episode | None = None):
         self.job = job
         self.flight = flight
+        self.episode = episode
         self.step_row: Step | None = None
+        self.verdict: Any = None  # rewards.StepVerdict of the step, when the world has a plan
+        self.backend: Any = None  # the step's backend: which batch answered it
         world = (job.params or {}).get("world")
         self.world_meta = {"world": world} if world else {}
+        seed = (job.params or {}).get("seed")
+        if seed is not None:
+            self.world_meta["seed"] = seed  # the step's own seed (`start_step`)
 
     def phase(self, phase: str) -> None:
         pass  # a step lasts one model call: its page shows it running, then done
@@ -147,6 +219,15 @@ class EpisodeSink:
     def step(self, sample: int, step: SimulatedStep) -> None:
         # kept, and written with the job's outcome in one transaction (`settle`)
         meta = {"job": self.job.pk, **self.world_meta}
+        batch = getattr(self.backend, "batch", None)
+        if batch is not None:
+            meta["batch"] = batch.as_dict()  # the engine call that answered it
+        plan = self.episode.plan if self.episode is not None else None
+        rewards = rewards_module() if plan is not None else None
+        if rewards is not None:
+            state = reported_state(step)
+            self.verdict = rewards.verdict_of(plan, step.index, step.observation, state)
+            meta.update(self.verdict.step_meta)
         self.step_row = step_row(self.job.branch_id, step, meta)
 
     def sample_finished(self, sample: int, status: str, error: str = "") -> None:
@@ -193,19 +274,21 @@ def run_episode_step(job_id: int, message_id: str = "") -> None:
                 )
             episode = episode_of(job)
             request = request_of(job, episode)
-            sink = EpisodeSink(job, flight)
+            sink = EpisodeSink(job, flight, episode)
+            # a step is one model call: bounded, so a server that never answers fails the
+            # step in minutes, not in an hour of retries
+            backend = make_backend_for(
+                job,
+                request,
+                timeout=settings.STUDIO_EPISODE_STEP_TIMEOUT_S,
+                max_retries=1,  # connection errors, 429 and 5xx: a timeout is final
+                timeout_setting="STUDIO_EPISODE_STEP_TIMEOUT_S",
+            )
+            sink.backend = backend = batched(backend)
             outcome = run_simulation(
                 request,
                 world_of(job, episode),
-                # a step is one model call: bounded, so a server that never answers fails
-                # the step in minutes, not in an hour of retries
-                make_backend_for(
-                    job,
-                    request,
-                    timeout=settings.STUDIO_EPISODE_STEP_TIMEOUT_S,
-                    max_retries=1,  # connection errors, 429 and 5xx: a timeout is final
-                    timeout_setting="STUDIO_EPISODE_STEP_TIMEOUT_S",
-                ),
+                backend,
                 sink,
                 time_limit_s=max(
                     1.0, settings.STUDIO_JOB_SOFT_LIMIT_S - 2 - (time.monotonic() - task_started)
@@ -238,8 +321,53 @@ def run_episode_step(job_id: int, message_id: str = "") -> None:
     if kept is None:
         return  # ended elsewhere (swept as lost): the waiting agent reads that on the row
     status, error = kept
+    verdict = sink.verdict if sink is not None else None
+    if status == JobStatus.SUCCEEDED and verdict is not None and episode is not None:
+        verdict = settle_rewards(job, episode, verdict, step_row)
     reply_to = str((job.params or {}).get("reply_to") or "")
-    replies.publish(reply_to, answer(job, episode, status, error, step_row))
+    replies.publish(reply_to, answer(job, episode, status, error, step_row, verdict))
+
+
+def reported_state(step: SimulatedStep) -> dict | None:
+    """The state predicates the world model reported with its answer (a world with
+    state_keys asks for them), None when it reported none."""
+    state = step.meta.get("state")
+    if isinstance(state, dict):
+        return state
+    if not step.raw_output:
+        return None
+    from inference.parsing import parse_prediction
+
+    return parse_prediction(step.raw_output).state
+
+
+def settle_rewards(job: SimulationJob, episode: Episode, verdict: Any, step: Step | None) -> Any:
+    """After the step is written (so that no episode ends without its last step): an
+    episode that ends is scored whole and its end written (`rewards.finish`: the episode
+    rubric, a judge perhaps), and the step's meta gets the final reward; a rewarded step
+    that does not end it adds to the episode's return. A failure here never takes back the
+    recorded step."""
+    rewards = rewards_module()
+    if rewards is None:
+        return verdict
+    try:
+        if verdict.done:
+            final = rewards.finish(
+                episode.project_id,
+                job.trajectory_id,
+                episode.plan,
+                verdict,
+                final_answer=None,
+                last_action=job.action,
+            )
+            if step is not None and step.pk and final.step_meta != verdict.step_meta:
+                Step.objects.filter(pk=step.pk).update(meta={**step.meta, **final.step_meta})
+            return final
+        if verdict.reward is not None:
+            rewards.add_return(job.trajectory_id, verdict.reward)
+    except Exception:  # noqa: BLE001 - the step stands; its episode's score is what failed
+        log.exception("episode step %s: its episode's reward could not be written", job.pk)
+    return verdict
 
 
 def settle(
@@ -310,12 +438,22 @@ def _stands_at(job: SimulationJob, index: int) -> bool:
 
 
 def answer(
-    job: SimulationJob, episode: Episode | None, status: str, error: str, step: Step | None
+    job: SimulationJob,
+    episode: Episode | None,
+    status: str,
+    error: str,
+    step: Step | None,
+    verdict: Any = None,
 ) -> dict[str, Any]:
     """What the waiting web process sends the agent (`studio.serving.episodes`)."""
     from studio.services.episodes import observation_of
 
     if status != JobStatus.SUCCEEDED or step is None or episode is None:
         return {"ok": False, "status": status, "error": error}
-    result = observation_of(job.trajectory_id, episode.max_steps, step, job.backend)
-    return {"ok": True, "observation": result.observation, "done": result.done}
+    result = observation_of(job.trajectory_id, episode.max_steps, step, job.backend, verdict)
+    return {
+        "ok": True,
+        "observation": result.observation,
+        "done": result.done,
+        "reward": result.reward,
+    }

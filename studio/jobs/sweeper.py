@@ -12,8 +12,15 @@ sent again.
 - QUEUED for longer than STUDIO_JOB_STALE_S since its message was sent, and the broker no
   longer holds that message: sent again with a new message id. A duplicate is harmless: the
   claim runs a job once and ignores any other message for it.
+- QUEUED steps of episodes that no agent waits for anymore (its web process marks a step it
+  waits for every STUDIO_JOB_STALE_S / 4, `studio.services.step_watch`): cancelled after
+  STUDIO_JOB_STALE_S unmarked, so that a message a dead worker held, given back hours later,
+  never writes a step nobody asked for anymore.
 - Every FILE_SWEEP_EVERY_S: uploads whose import succeeded or stopped longer than
-  STUDIO_UPLOAD_RETENTION_DAYS ago, and leftover files (`studio.jobs.file_retention`)."""
+  STUDIO_UPLOAD_RETENTION_DAYS ago, and leftover files (`studio.jobs.file_retention`).
+- Every minute: episodes that took no step for STUDIO_EMPTY_EPISODE_TTL_S since their reset
+  (a reset alone records nothing), and MCP sessions idle for a day
+  (`studio.services.episode_library.sweep_empty_episodes`)."""
 
 from __future__ import annotations
 
@@ -42,6 +49,7 @@ from studio.models import (
     JudgeJob,
     SimulationJob,
 )
+from studio.services.episode_library import sweep_empty_episodes
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +86,29 @@ def reap_stale_jobs() -> int:
     if reaped:
         log.warning("marked %d job(s) failed: worker lost", reaped)
     return reaped
+
+
+def cancel_unwaited_steps() -> int:
+    """Cancel the queued steps of episodes whose agent stopped waiting (see the module)."""
+    from django.db.models import Q
+
+    from studio.services.step_watch import ABANDONED_MESSAGE, unwaited_after_s
+
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=unwaited_after_s())
+    rows = SimulationJob.objects.filter(
+        status=JobStatus.QUEUED, appends=True, trajectory__source_format="episode"
+    ).filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, created_at__lt=cutoff))
+    # a person's step in the playground waits on its page, not on an agent: never these
+    unwaited = [
+        pk for pk, params in rows.values_list("pk", "params") if not (params or {}).get("played")
+    ]
+    cancelled = SimulationJob.objects.filter(pk__in=unwaited, status=JobStatus.QUEUED).update(
+        status=JobStatus.CANCELLED, error=ABANDONED_MESSAGE, phase="cancelled", finished_at=now
+    )
+    if cancelled:
+        log.warning("cancelled %d queued episode step(s) no agent waits for", cancelled)
+    return cancelled
 
 
 def resend_lost_messages(app=None) -> int:
@@ -118,8 +149,10 @@ def sweep(app=None) -> None:
     """One sweep (the worker's timer calls this, with its app); never raises."""
     try:
         reap_stale_jobs()
+        cancel_unwaited_steps()  # before re-sending: nobody waits for these
         resend_lost_messages(app)
         sweep_files_if_due()
+        sweep_empty_episodes()
     except Exception:
         log.exception("job sweep failed; the next one tries again")
     finally:

@@ -125,39 +125,127 @@ def world_of(token: ApiToken, world_id: int) -> World | None:
 
 
 def reset(
-    token: ApiToken, world: World, *, task: str = "", max_steps: Any = None, client: str = ""
+    token: ApiToken,
+    world: World,
+    *,
+    task: Any = "",
+    task_id: Any = "",
+    seed: Any = None,
+    max_steps: Any = None,
+    client: str = "",
 ) -> tuple[Trajectory, StepResult]:
+    """Start an episode in the world's latest version. The task: the world's task `task_id`
+    (EpisodeNotFound when it has none of that id), else the `task` typed here, else one of
+    the world's tasks drawn with the seed (the same seed, the same task), else a default.
+    `seed` fixes the episode's sampling (drawn when not given; recorded either way);
+    `max_steps`: the task's own limit first, else this, else DEFAULT_MAX_STEPS. Types and
+    sizes are checked (EpisodeInvalid 422, EpisodeTooLarge 413) before the reset is counted
+    against the token's rate (EpisodeBusy 429) and anything is written."""
+    from inference import rubrics
+    from studio.services import episode_limits
+    from studio.services.episode_inputs import clean_text
+
     version = world.latest
     if version is None:
-        raise EpisodeError(f"world {world.name!r} has no version yet")
-    limit = DEFAULT_MAX_STEPS if max_steps in (None, "") else max_steps
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_STEPS_LIMIT:
-        raise EpisodeError(f"max_steps must be a whole number from 1 to {MAX_STEPS_LIMIT}")
+        raise EpisodeNotFound(f"world {world.name!r} has no version yet")
+    if max_steps in (None, ""):
+        max_steps = None
+    elif (
+        isinstance(max_steps, bool)
+        or not isinstance(max_steps, int)
+        or not 1 <= max_steps <= MAX_STEPS_LIMIT
+    ):
+        raise EpisodeInvalid(f"max_steps must be a whole number from 1 to {MAX_STEPS_LIMIT}")
+    if task is None:
+        task = ""
     if not isinstance(task, str):
-        raise EpisodeError("task must be text (the instruction the agent was given)")
+        raise EpisodeInvalid("task must be text (the instruction the agent is given)")
+    if task_id is None:
+        task_id = ""
+    if not isinstance(task_id, str):
+        raise EpisodeInvalid("task_id must be text (the id of one of the world's tasks)")
+    try:
+        seed = rubrics.check_seed(seed)
+    except rubrics.RubricError as exc:
+        raise EpisodeInvalid(str(exc)) from None
+    clean_text(task, "task")
+    clean_text(task_id, "task_id")
+    episode_limits.check_task(task)
+    task_id = task_id.strip()
+    if len(task_id) > rubrics.MAX_NAME:
+        raise EpisodeInvalid(f"task_id is longer than {rubrics.MAX_NAME} characters")
+    if task_id and task.strip():
+        raise EpisodeInvalid(
+            "give task (an instruction of your own) or task_id (one of the world's tasks), not both"
+        )
+    spec = version.spec()
+    if seed is None:
+        seed = rubrics.draw_seed()
+    chosen = None
+    if task_id:
+        chosen = spec.task(task_id)
+        if chosen is None:
+            listed = ", ".join(t.id for t in spec.tasks[:20]) or "none"
+            if len(spec.tasks) > 20:
+                listed += f" and {len(spec.tasks) - 20} more"
+            raise EpisodeNotFound(
+                f"world {world.name!r} has no task {task_id!r} (its tasks: {listed})"
+            )
+    elif not task.strip() and spec.tasks:
+        chosen = rubrics.choose_task(spec.tasks, seed)
+    instruction = chosen.instruction if chosen is not None else task.strip()
+    limit = (
+        chosen.max_steps
+        if chosen is not None and chosen.max_steps is not None
+        else max_steps or DEFAULT_MAX_STEPS
+    )
+    episode_limits.count(token.pk, "reset")
     with transaction.atomic():  # never a half-made episode
-        trajectory = start_trajectory(version, task or f"An episode in {world.name}")
+        trajectory = start_trajectory(version, instruction or f"An episode in {world.name}")
         meta = dict(trajectory.metadata or {})
         branch_id = Branch.objects.filter(trajectory=trajectory, parent__isnull=True).values_list(
             "pk", flat=True
         )[0]
         meta["episode"] = {
-            "token": token.name, "client": client, "max_steps": limit, "branch": branch_id,
-        }  # fmt: skip
+            "token": token.name,
+            "token_id": token.pk,
+            "client": client,
+            "max_steps": limit,
+            "branch": branch_id,
+            "seed": seed,
+            "task_id": chosen.id if chosen is not None else "",
+            "status": "running",
+            "return": None,
+        }
         Trajectory.objects.filter(pk=trajectory.pk).update(metadata=meta, source_format="episode")
     trajectory.metadata = meta
     trajectory.source_format = "episode"
-    spec = version.spec()
+    task_ref = chosen.id if chosen is not None else ""
     return trajectory, StepResult(
         observation={
             "episode_id": str(trajectory.pk),
             "text": spec.initial_state,
             "task": trajectory.task_instruction,
-            "tools": spec.tool_names,
+            "task_id": task_ref,
+            "tools": tool_objects(spec),
             "step": 0,
+            "metadata": {"seed": seed, "task_id": task_ref, "max_steps": limit},
         },
         done=False,
     )
+
+
+def tool_objects(spec: Any) -> list[dict[str, Any]]:
+    """The world's tools as MCP tool objects {"name", "description", "input_schema"} (what
+    openenv-core's MCPToolClient reads from a reset)."""
+    return [
+        {
+            "name": t["function"]["name"],
+            "description": t["function"].get("description") or "",
+            "input_schema": t["function"].get("parameters") or {"type": "object"},
+        }
+        for t in spec.tools
+    ]
 
 
 def episode_of(token: ApiToken, episode_id: Any) -> Trajectory:
@@ -265,6 +353,9 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
         **sampling_defaults(endpoint),
         **world_input(endpoint),
     }
+    seed = step_seed_of(episode, index)
+    if seed is not None:
+        data["seed"] = seed  # the model's sampling of this step, fixed by the episode's seed
     try:
         request = SimulationRequest.build(
             data,
@@ -309,6 +400,22 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
             _VERSIONS.clear()  # its world was deleted: the next try reads so and says it
         # else the open step ended between the insert and the check, or the episode went
         raise _Again from None
+
+
+def step_seed_of(episode: dict[str, Any], index: int) -> int | None:
+    """The seed of the episode's step `index`, from the episode's seed (None: it has none,
+    an episode of an older release)."""
+    seed = episode.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        return None
+    try:
+        from inference.rubrics import step_seed
+    except ImportError:  # a tree without the rubrics module: the same derivation
+        import hashlib
+
+        digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
+        return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+    return step_seed(seed, index)
 
 
 # (world id, version number) -> (version id, the label jobs carry): a version never changes
@@ -369,36 +476,75 @@ def max_steps_of(trajectory: Trajectory) -> int:
     return (trajectory.metadata or {}).get("episode", {}).get("max_steps", DEFAULT_MAX_STEPS)
 
 
-def observation_of(episode_id: int, max_steps: int, step: Step, backend: str) -> StepResult:
-    """What the agent gets back for `step` of its episode."""
-    observation = {
+def observation_of(
+    episode_id: int, max_steps: int, step: Step, backend: str, verdict: Any = None
+) -> StepResult:
+    """What the agent gets back for `step` of its episode: "step" counts the steps taken so
+    far. `verdict`: the step's `rewards.StepVerdict` (after `rewards.finish` when it ended
+    the episode); without it, what the step's row recorded of it."""
+    meta = step.meta or {}
+    observation: dict[str, Any] = {
         "episode_id": str(episode_id),
         "text": step.observation,
-        "step": step.index,
+        "step": step.index + 1,
         "parse_status": step.parse_status,
     }
+    if verdict is not None:
+        observation["metadata"] = dict(verdict.observation_metadata)
+        reward, done = verdict.reward, bool(verdict.done) or step.index + 1 >= max_steps
+    else:
+        observation["metadata"] = {
+            "seed": meta.get("seed"),
+            "rubric": meta.get("rubric") or {},
+            **({"state": meta["state"]} if isinstance(meta.get("state"), dict) else {}),
+            "end_cause": meta.get("end_cause"),
+        }
+        reward = meta.get("reward")
+        done = bool(meta.get("end_cause")) or step.index + 1 >= max_steps
     perturbation = (step.meta or {}).get("perturbation")
     if isinstance(perturbation, dict):
         observation["perturbation"] = perturbation.get("label")
     if backend == "retrieval":
         # said to the agent too: the baseline reads no world, it returns a recorded answer
         observation["baseline"] = "retrieval (non-neural): a recorded observation, not the world's"
-    return StepResult(observation=observation, done=step.index + 1 >= max_steps)
+    return StepResult(observation=observation, done=done, reward=reward)
 
 
 def failure_of(job: SimulationJob) -> str:
     return f"the world model did not answer: {job.error or job.status}"
 
 
+def failure_error(job: SimulationJob) -> EpisodeError:
+    """What the agent is told of a step job that ended without a step. Nothing of it was
+    recorded: the studio's failures (a worker lost, none for its queue, the model did not
+    answer) are retryable (503); a step another answer took, or one cancelled in the
+    studio, is a conflict (409)."""
+    from studio.services.step_watch import is_unavailable, retry_after_s
+
+    message = failure_of(job)
+    if is_unavailable(job):
+        return EpisodeUnavailable(job.error, retry_after=retry_after_s())
+    if job.status == JobStatus.CANCELLED:
+        return EpisodeConflict(f"the step was cancelled: {job.error or 'in the studio'}")
+    if "answered at step" in (job.error or "") or "was deleted" in (job.error or ""):
+        return EpisodeConflict(message)
+    return EpisodeUnavailable(message)
+
+
 def step_result(job: SimulationJob) -> StepResult:
     """The answer of a finished step job, read from the rows (when its worker's message
     did not come)."""
     if job.status != JobStatus.SUCCEEDED:
-        raise EpisodeError(failure_of(job))
+        raise failure_error(job)
     step = Step.objects.filter(branch_id=job.branch_id, index=job.fork_index).first()
     if step is None:
-        raise EpisodeError("the world model's answer was not recorded")
-    return observation_of(job.trajectory_id, max_steps_of(job.trajectory), step, job.backend)
+        raise EpisodeUnavailable("the world model's answer was not recorded")
+    trajectory = job.trajectory
+    result = observation_of(job.trajectory_id, max_steps_of(trajectory), step, job.backend)
+    end = ((trajectory.metadata or {}).get("episode") or {}).get("end")
+    if result.done and isinstance(end, dict) and end.get("step") == step.index:
+        result.reward = end.get("reward")  # the episode's rubric included (`rewards.finish`)
+    return result
 
 
 def state(trajectory: Trajectory) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""The project library: search, filter, sort and page through trajectories; delete one."""
+"""The project library: search, filter, sort and page through trajectories (episodes by
+world, client, token, state and reward; those without steps hidden unless asked for);
+delete one; end a running episode."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.fields.json import KT
 from django.db.models.functions import Lower
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
@@ -17,6 +20,13 @@ from studio.access import get_project_for_user, get_trajectory_for_user
 from studio.forms.library import SORTS, LibraryFilterForm
 from studio.http import HtmxHttpRequest
 from studio.models import ObservationSource, Project, Step, Trajectory
+from studio.services.episode_library import (
+    EndRefused,
+    end_episode,
+    filter_episodes,
+    reward_expression,
+    without_steps,
+)
 
 PAGE_SIZE = 25
 
@@ -43,6 +53,7 @@ def search_trajectories(project: Project, data: dict) -> QuerySet[Trajectory]:
                 observation_source=ObservationSource.PERTURBED,
             )
         qs = qs.filter(Exists(perturbed))
+    qs = filter_episodes(qs, data)
     q = data.get("q")
     if q:
         step_match = Step.objects.filter(branch__trajectory=OuterRef("pk")).filter(
@@ -57,6 +68,12 @@ def search_trajectories(project: Project, data: dict) -> QuerySet[Trajectory]:
         qs = qs.order_by(Lower("title"), "id")
     else:
         qs = qs.order_by(*order)
+    # an episode's row says its state, client and reward (a few keys, not the metadata)
+    qs = qs.annotate(
+        ep_status=KT("metadata__episode__status"),
+        ep_client=KT("metadata__episode__client"),
+        ep_reward=reward_expression(),
+    )
     return qs.defer("system_prompt", "tools", "metadata").prefetch_related("tags")
 
 
@@ -65,11 +82,17 @@ def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     form = LibraryFilterForm(request.GET or None, project=project)
     status = 200
     page = None
+    hidden = 0
     if form.is_bound and not form.is_valid():
         status = 400
     else:
         data: dict = form.cleaned_data if form.is_bound else {"sort": "newest", "page": 1}
-        paginator = Paginator(search_trajectories(project, data), PAGE_SIZE)
+        found = search_trajectories(project, data)
+        if not data.get("empty"):
+            # a reset alone is no record yet (the sweeper deletes it later): hidden, counted
+            hidden = found.filter(without_steps()).count()
+            found = found.exclude(without_steps())
+        paginator = Paginator(found, PAGE_SIZE)
         page = paginator.get_page(int(data.get("page") or 1))
     # Links keep the filters and change only the page number.
     params = {k: v for k, v in request.GET.items() if k != "page" and v}
@@ -81,6 +104,9 @@ def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         "query_prefix": urlencode(params) + ("&" if params else ""),
         "can_edit": membership.can_edit,
         "total": project.trajectories.count(),
+        "hidden_empty": hidden,
+        "episode_filters": project.trajectories.filter(source_format="episode").exists(),
+        "show_empty_query": urlencode({**params, "empty": "on"}),
     }
     template = "library/library.html"
     if request.htmx and not request.htmx.history_restore_request:
@@ -107,7 +133,29 @@ def trajectory_delete(request: HtmxHttpRequest, trajectory_id: int) -> HttpRespo
     return redirect("library", project_id=project_id)
 
 
+@require_http_methods(["POST"])
+def trajectory_end_episode(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
+    """End a running episode (researchers and admins): its agent's next step is refused."""
+    trajectory, _ = get_trajectory_for_user(request, trajectory_id, edit=True)
+    try:
+        end_episode(trajectory.pk)
+    except EndRefused as exc:
+        messages.error(request, f"Not ended: {exc}.")
+    else:
+        messages.success(
+            request,
+            "Ended the episode (cancelled): its agent's next step is refused, and a step "
+            "being answered now is not recorded.",
+        )
+    return redirect("trajectory", trajectory_id=trajectory.pk)
+
+
 urlpatterns = [
     path("projects/<int:project_id>/", library, name="library"),
     path("trajectories/<int:trajectory_id>/delete/", trajectory_delete, name="trajectory_delete"),
+    path(
+        "trajectories/<int:trajectory_id>/end-episode/",
+        trajectory_end_episode,
+        name="trajectory_end_episode",
+    ),
 ]

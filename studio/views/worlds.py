@@ -215,11 +215,18 @@ def world_start(request: HtmxHttpRequest, world_id: int) -> HttpResponse:
     world, _ = get_world_for_user(request, world_id, edit=True)
     form = StartTrajectoryForm(request.POST)
     version = world.latest
-    if not form.is_valid() or version is None:
-        messages.error(request, "Write the task the agent is given in this world.")
+    instruction = (
+        form.instruction(version.spec()) if version is not None and form.is_valid() else None
+    )
+    if instruction is None:
+        problems = [str(e) for errors in form.errors.values() for e in errors]
+        messages.error(
+            request, " ".join(problems) or "Write the task the agent is given in this world."
+        )
         return redirect("world_list", project_id=world.project_id)
+    assert version is not None
     trajectory = service.start_trajectory(
-        version, form.cleaned_data["task"], user=request.user, origin=BranchOrigin.PLAYED
+        version, instruction, user=request.user, origin=BranchOrigin.PLAYED
     )
     root = trajectory.branches.get()
     messages.success(

@@ -60,6 +60,9 @@ def running_worker(
     names = ",".join(f"{prefix}{q}" for q in queues)
     log_path = log_path or Path(settings.DATA_DIR) / f"worker-{os.getpid()}.log"
     log = open(log_path, "ab")  # noqa: SIM115 - closed below
+    # the log may be shared with an earlier worker of this test process: only what this one
+    # writes says it is ready
+    log_start = log.tell()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -89,7 +92,7 @@ def running_worker(
         start_new_session=True,
     )
     try:
-        _wait_ready(proc, log_path)
+        _wait_ready(proc, log_path, start=log_start)
         yield proc
     finally:
         # Killed outright: a test's jobs are drained before its worker goes (tests/conftest),
@@ -107,12 +110,14 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _wait_ready(proc: subprocess.Popen, log_path: Path, timeout: float = 60) -> None:
+def _wait_ready(
+    proc: subprocess.Popen, log_path: Path, timeout: float = 60, start: int = 0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"worker exited early:\n{log_path.read_text()[-4000:]}")
-        if b"ready." in log_path.read_bytes():
+        if b"ready." in log_path.read_bytes()[start:]:
             return
         time.sleep(0.2)
     raise RuntimeError(f"worker not ready after {timeout}s:\n{log_path.read_text()[-4000:]}")

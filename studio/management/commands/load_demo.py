@@ -1,4 +1,5 @@
-"""`python manage.py load_demo`: the demo users, the "Demo" project and the sample trajectories.
+"""`python manage.py load_demo`: the demo users, the "Demo" project, the sample trajectories
+and the rewarded demo worlds (tasks with success criteria, a submit action and checks).
 
 Idempotent: users and memberships are created only when missing (existing passwords are left
 alone), and the importers skip trajectories already in the project, so a second run adds
@@ -81,6 +82,7 @@ class Command(BaseCommand):
             if result.trajectories_skipped:
                 line += f", {result.trajectories_skipped} already there"
             self.say(line)
+        self.load_worlds(project, users["admin"])
         self.stdout.write(
             self.style.SUCCESS(
                 f"demo data: imported {plural(total_t, 'trajectory', 'trajectories')}, "
@@ -88,6 +90,20 @@ class Command(BaseCommand):
                 f"({total_skipped} already present) into project {project.name!r} (id {project.pk})"
             )
         )
+
+    def load_worlds(self, project: Project, user) -> None:
+        """The demo worlds, as world files import them: a world already holding one is left
+        as it is (no new version)."""
+        from studio.demo_data.worlds_text import REWARDED_WORLDS
+        from studio.services.worlds import import_world
+
+        for data in REWARDED_WORLDS:
+            saved = import_world(project, data, user=user)
+            state = "imported" if saved.created else "unchanged"
+            tasks = ", ".join(t.id for t in saved.version.spec().tasks)
+            self.say(
+                f"  world {saved.world.name!r} v{saved.version.number}: {state} (tasks: {tasks})"
+            )
 
     def ensure_users(self, project: Project) -> dict:
         User = get_user_model()
