@@ -28,7 +28,10 @@ A CHECK is {"name", "kind", "weight"} and, by kind:
 
 A check scores 1.0 or 0.0 (a judge: its score in [0, 1]). A rubric's score is the weighted
 mean sum(weight * score) / sum(weight) (OpenEnv's WeightedSum with the weights normalised),
-and its breakdown is {check name: score}. A "step" rubric scores every step's observation;
+and its breakdown is {check name: score}. A check that needs what the task does not have (an
+exact or contains check without a pattern: the task's expected answer; a judge without
+criteria: its success criteria; a task typed at reset has neither) is left out of the rubric
+for that task, not scored 0 (`applicable`); a rubric with no check left has no score. A "step" rubric scores every step's observation;
 an "episode" rubric scores the episode once, at its end: the last observation of the world
 model, the last state it reported and the agent's final answer (when it submitted one).
 "final_answer" checks belong in episode rubrics (a step has no final answer); terminal
@@ -463,6 +466,29 @@ def check_task_rubrics(tasks: Sequence[Task], world_rubric: Rubric, termination:
 # ---- scoring --------------------------------------------------------------------------------
 
 
+def applies(check: Check, *, expected: str = "", success_criteria: str = "") -> bool:
+    """Whether `check` can score a task with this expected answer and these success
+    criteria: an exact or contains check without a pattern compares with the expected
+    answer, a judge without criteria judges by the success criteria; without them there is
+    nothing to score against (a 0 would be a false figure)."""
+    if check.kind in ("exact", "contains"):
+        return bool((check.pattern or expected).strip())
+    if check.kind == "judge":
+        return bool((check.criteria or success_criteria).strip())
+    return True
+
+
+def applicable(rubric: Rubric, *, expected: str = "", success_criteria: str = "") -> Rubric:
+    """`rubric` without the checks that do not apply to the task (`applies`)."""
+
+    def kept(checks: tuple[Check, ...]) -> tuple[Check, ...]:
+        return tuple(
+            c for c in checks if applies(c, expected=expected, success_criteria=success_criteria)
+        )
+
+    return Rubric(kept(rubric.step), kept(rubric.episode))
+
+
 def _same(value: Any, wanted: Any) -> bool:
     """JSON equality: true is not 1, 1 is 1.0."""
     if isinstance(value, bool) or isinstance(wanted, bool):
@@ -491,8 +517,9 @@ def score_check(
     expected: str = "",
 ) -> float:
     """1.0 or 0.0 for every kind but judge (which needs a model: `studio.services.rewards`).
-    A final-answer check with no answer submitted, a state check of an unreported key, and
-    a blank exact/contains check with no expected answer all score 0."""
+    A final-answer check with no answer submitted and a state check of an unreported key
+    score 0; a blank exact/contains check with no expected answer scores 0 here too, but it
+    does not apply to such a task (`applies`): rubrics leave it out rather than score it."""
     if check.kind == "judge":
         raise ValueError("a judge check is scored by asking a judge model")
     if check.kind == "state":
@@ -527,8 +554,17 @@ def weighted(
 
 
 def score_checks(checks: Sequence[Check], **facts) -> tuple[float | None, dict[str, float | None]]:
-    """Score non-judge `checks` on `facts` (score_check's keywords) and combine them."""
-    return weighted([(check, score_check(check, **facts)) for check in checks])
+    """Score non-judge `checks` on `facts` (score_check's keywords) and combine them; a check
+    that does not apply to the task (`applies`: no pattern and no expected answer) is left
+    out, of the score and of the breakdown."""
+    expected = str(facts.get("expected") or "")
+    return weighted(
+        [
+            (check, score_check(check, **facts))
+            for check in checks
+            if applies(check, expected=expected)
+        ]
+    )
 
 
 def terminal_check(termination: Termination, *, observation: str, state, expected: str = ""):

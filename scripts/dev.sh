@@ -110,12 +110,18 @@ supervise() {
   done
 }
 
-# One worker for the default and gpu queues (a gpu job without torch fails with a clear error),
-# and one for the steps of episodes played by outside agents: a threads pool, each thread
-# waiting on a model server's answer (STUDIO_EPISODE_THREADS at once).
+# One worker for the default queue (imports, simulations); one for the gpu queue (in-process
+# models) on a threads pool: one model in the process, shared by its threads, whose episode
+# steps go as one engine call (STUDIO_GPU_THREADS at once; a gpu job without torch fails with
+# a clear error); and one for the steps of episodes played by outside agents: a threads pool,
+# each thread waiting on a model server's answer (STUDIO_EPISODE_THREADS at once).
 supervise jobs "$DATA_DIR/worker.log" \
-  $PY -m celery -A studio worker -Q default,gpu -c 2 -l INFO -n "jobs@%h" &
+  $PY -m celery -A studio worker -Q default -c 2 -l INFO -n "jobs@%h" &
 SUPERVISORS=$!
+supervise gpu "$DATA_DIR/worker-gpu.log" \
+  $PY -m celery -A studio worker -Q gpu -P threads -c "${STUDIO_GPU_THREADS:-4}" \
+  -l INFO -n "gpu@%h" &
+SUPERVISORS="$SUPERVISORS $!"
 supervise episodes "$DATA_DIR/worker-episodes.log" \
   $PY -m celery -A studio worker -Q episodes -P threads -c "${STUDIO_EPISODE_THREADS:-32}" \
   -l INFO -n "episodes@%h" &
@@ -134,8 +140,9 @@ cat <<MSG
     admin        what a researcher does, and members, models and API tokens
     researcher   imports, deletes, branches, simulates, builds worlds
     annotator    reads and annotates
-  Worker logs: $DATA_DIR/worker.log, $DATA_DIR/worker-episodes.log (a worker that exits is
-  started again)     Stop with Ctrl-C.
+  Worker logs: $DATA_DIR/worker.log (default queue), $DATA_DIR/worker-gpu.log (gpu),
+  $DATA_DIR/worker-episodes.log (episodes); a worker that exits is started again.
+  Stop with Ctrl-C.
   Shell commands, in another terminal, use the same database and broker (recorded in
   $RUNTIME while this runs):
     ${IN_DIR}DEBUG=1 .venv/bin/python manage.py worlds list --project Demo

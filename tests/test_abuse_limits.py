@@ -596,7 +596,9 @@ def test_the_episode_api_answers_429_when_its_steps_are_busy(project, settings):
     with fake_openai_server(held) as srv, asgi_server() as base:
         endpoint = save_endpoint(
             project,
-            EndpointData(name="fake", role="world", kind="openai", base_url=srv.base_url, model="m"),
+            EndpointData(
+                name="fake", role="world", kind="openai", base_url=srv.base_url, model="m"
+            ),
         ).endpoint
         make_default(endpoint)
         url = f"{base}/env/worlds/{world.pk}"

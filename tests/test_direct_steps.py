@@ -326,7 +326,10 @@ def test_a_rewarded_task_gets_its_rewards_and_its_end_is_recorded(project, shop)
         _, refund, _ = _step(url, episode, {"action": "refund 1042"})
     assert look["reward"] == 1.0 and look["done"] is False
     assert look["observation"]["metadata"]["rubric"] == {"mentions-order": 1.0}
-    assert look["observation"]["metadata"]["state"] == {"refunded": False}
+    assert "state" not in look["observation"]["metadata"]  # the grader's, never the agent's
+    assert Step.objects.get(branch__trajectory_id=int(episode), index=0).meta["state"] == {
+        "refunded": False
+    }
     assert look["observation"]["text"] == "order 1042: paid"  # the state report is not shown
     # the terminal check ends it; the reward is the step's plus the episode rubric's
     assert refund["done"] is True and refund["reward"] == 2.0
@@ -404,8 +407,14 @@ def test_the_projects_steps_waiting_on_models_have_a_limit(project, shell, setti
 @pytest.mark.django_db(transaction=True)
 def test_a_token_is_trusted_for_a_second_and_its_revocation_then_takes_effect(project, monkeypatch):
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     from studio.serving import token_cache
+
+    def run(coroutine):
+        # a loop of its own, in a thread: a session's browser tests keep one running here
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, coroutine).result()
 
     token_cache.forget()
     row, text = create_token(project, "agent")
@@ -413,9 +422,28 @@ def test_a_token_is_trusted_for_a_second_and_its_revocation_then_takes_effect(pr
     async def check():
         return await token_cache.authenticate(text, touch=False)
 
-    assert asyncio.run(check()).pk == row.pk
+    assert run(check()).pk == row.pk
     revoke(row)
-    assert asyncio.run(check()).pk == row.pk  # within TTL_S: this process still trusts it
+    assert run(check()).pk == row.pk  # within TTL_S: this process still trusts it
     monkeypatch.setattr(token_cache, "TTL_S", 0.0)
-    assert asyncio.run(check()) is None  # past it: read again, and refused
-    assert asyncio.run(token_cache.authenticate("awt_not-a-token")) is None
+    assert run(check()) is None  # past it: read again, and refused
+    assert run(token_cache.authenticate("awt_not-a-token")) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_model_that_refuses_is_a_502_and_an_episode_of_another_world_a_404(project, shell):
+    world, token = shell
+    other = save_world(project, parse_world({**SHELL, "name": "Other shell"})).world
+    with fake_openai_server(lambda request, index: (400, "no such model: m")) as srv:
+        with asgi_server() as base:
+            _model(project, srv.base_url)
+            _, reset, _ = http("POST", f"{_url(base, token, world)}/reset", {"task": "t"})
+            episode = reset["observation"]["episode_id"]
+            refused = _step(_url(base, token, world), episode, {"action": "ls"})
+            elsewhere = _step(_url(base, token, other), episode, {"action": "ls"})
+    assert refused[0] == 502 and refused[1]["code"] == "MODEL_ERROR"
+    assert "HTTP 400" in refused[1]["detail"] and "no such model: m" in refused[1]["detail"]
+    assert len(srv.requests) == 1  # a refusal is not asked again
+    assert elsewhere[0] == 404 and f"not an episode of world {other.pk}" in elsewhere[1]["detail"]
+    assert not Step.objects.exists()
+    assert Trajectory.objects.get(pk=int(episode)).step_count == 0

@@ -92,7 +92,7 @@ def test_the_library_filters_episodes_by_world_client_token_state_and_reward(
     # a recorded trajectory is no episode: an episode filter leaves it out
     assert shown(client="http", world=shell.pk) == {running.pk}
     page = researcher_client.get(url, {"state": "done"}).content.decode()
-    assert f'id="episode-{done.pk}"' in page and "reward 1" in page and "websocket" in page
+    assert f'id="episode-{done.pk}"' in page and "total reward 1" in page and "websocket" in page
     bad = researcher_client.get(url, {"reward_min": "2", "reward_max": "1"})
     assert bad.status_code == 400 and "must be at least the lower bound (2)" in bad.content.decode()
 

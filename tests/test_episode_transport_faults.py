@@ -56,7 +56,7 @@ def test_unstorable_text_over_http_is_422_and_nothing_is_written(project):
     assert answers["not utf-8"][1]["code"] == "INVALID_JSON"
     assert "not UTF-8" in answers["not utf-8"][1]["detail"]
     assert answers["not json"][1]["code"] == "INVALID_JSON"
-    assert "the body.task" in answers["task surrogate"][1]["detail"]
+    assert "the body at task" in answers["task surrogate"][1]["detail"]
     assert model_calls == 0 and _episodes() == 1 and not Step.objects.exists()
 
 

@@ -201,7 +201,7 @@ def test_a_lone_surrogate_is_an_is_error_naming_the_argument(weather):
     result = body["result"]
     assert result["isError"] is True
     assert result["content"][0]["text"] == (
-        "the arguments of tool 'get_weather'.city contains an unpaired surrogate (\\udcff)"
+        "the arguments of tool 'get_weather' at city contains an unpaired surrogate (\\udcff)"
     )
     assert bad_name[0] == 200 and bad_name[2]["result"]["isError"] is True
     assert (

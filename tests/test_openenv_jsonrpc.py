@@ -164,7 +164,7 @@ def test_a_bad_tools_call_is_refused_without_a_step(served):
     nul = call("get_weather", {"city": "Os\x00lo"})
     assert (
         nul["message"]
-        == "the arguments of tool 'get_weather'.city contains a NUL character (\\u0000)"
+        == "the arguments of tool 'get_weather' at city contains a NUL character (\\u0000)"
     )
     raw = (
         b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "get_weather", '
@@ -172,7 +172,7 @@ def test_a_bad_tools_call_is_refused_without_a_step(served):
     )
     status, _, body = post(f"{base}/mcp", raw)
     assert status == 200 and body["error"]["message"] == (
-        "the arguments of tool 'get_weather'.city contains an unpaired surrogate (\\udcff)"
+        "the arguments of tool 'get_weather' at city contains an unpaired surrogate (\\udcff)"
     )
     _, _, nameless = post(f"{base}/mcp", rpc("tools/call", {"arguments": {}}))
     assert nameless["error"]["message"] == "Missing 'name' in params: the tool to call"

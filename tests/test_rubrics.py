@@ -124,6 +124,26 @@ def test_the_rubric_score_is_the_weighted_mean_and_its_breakdown_names_each_chec
     assert R.weighted([]) == (None, {})
 
 
+def test_a_check_needing_what_the_task_lacks_is_left_out_not_scored_zero():
+    blank = R.Check("answer", "exact", 2.0, target="final_answer")
+    said = R.Check("said", "contains", 1.0, target="final_answer", pattern="12")
+    judge = R.Check("judge", "judge")
+    assert not R.applies(blank) and R.applies(blank, expected="12.50")
+    assert not R.applies(judge) and R.applies(judge, success_criteria="The answer is 12.50.")
+    assert R.applies(R.Check("j", "judge", criteria="Polite.")) and R.applies(said)
+    assert R.applies(R.Check("s", "state", key="done"))
+    # no invented 0: the blank check is neither in the mean nor in the breakdown
+    assert R.score_checks([blank, said], final_answer="12") == (1.0, {"said": 1.0})
+    assert R.score_checks([blank], final_answer="12") == (None, {})
+    assert R.score_checks([blank, said], final_answer="9", expected="9") == (
+        pytest.approx(2 / 3),
+        {"answer": 1.0, "said": 0.0},
+    )
+    kept = R.applicable(R.Rubric((said,), (blank, judge, said)))
+    assert kept == R.Rubric((said,), (said,))
+    assert not R.applicable(R.Rubric((), (blank, judge)))
+
+
 # ---- the world file -------------------------------------------------------------------------
 
 
@@ -364,6 +384,27 @@ def test_a_task_with_its_own_rubric_replaces_the_worlds():
     assert verdict_of(plan, 0, "anything", None).reward is None  # no step checks
     typed = plan_of(W.parse_world(world()), {"task_id": "", "seed": 1}, instruction="Look.")
     assert typed.task_id == "" and typed.instruction == "Look." and typed.expected == ""
+
+
+def test_a_typed_task_is_scored_only_by_the_world_checks_that_apply_to_any_task():
+    typed = plan_of(W.parse_world(world()), {"task_id": "", "seed": 1}, instruction="Look.")
+    # "said" (contains, no pattern) needs the task's expected answer: left out; the step's
+    # regex and the state check apply to any task
+    assert [c.name for c in typed.rubric.step] == ["shown"]
+    assert [c.name for c in typed.rubric.episode] == ["refunded"]
+    assert verdict_of(typed, 0, '{"status": "refunded"}', None).breakdown == {"shown": 1.0}
+    # a world's task keeps every check of its rubric
+    task = plan_of(W.parse_world(world()), {"task_id": "refund-order", "seed": 1})
+    assert [c.name for c in task.rubric.episode] == ["refunded", "said"]
+    # nothing applies: no rubric, no reward (None, not 0)
+    only_task_checks = world(
+        rubric={"step": [], "episode": [{"name": "said", "kind": "contains", "target": "final_answer"},
+                                        {"name": "judge", "kind": "judge"}]},  # fmt: skip
+    )
+    bare = plan_of(W.parse_world(only_task_checks), {"task_id": "", "seed": 1}, instruction="x")
+    assert not bare.rubric and not bare.rewarded
+    submit = verdict_of(bare, 0, "", None, final_answer="anything")
+    assert (submit.done, submit.reward, submit.breakdown) == (True, None, {})
 
 
 # ---- the judge's answer ---------------------------------------------------------------------

@@ -188,7 +188,11 @@ def test_the_demo_worlds_are_rewarded_and_load_with_the_demo():
     assert {"Northwind calendar", "ops-box backups"} <= set(worlds)
     for spec in worlds.values():
         assert spec.tasks and all(t.success_criteria for t in spec.tasks)
-        assert spec.termination.submit and spec.rubric.episode
+        assert spec.termination.submit
+        # every check is its task's own: the world's rubric holds none that a typed task
+        # would be scored by against another task's answer or state
+        assert all(t.rubric is not None and t.rubric.episode for t in spec.tasks)
+        assert not spec.rubric
     calendar = worlds["Northwind calendar"]
     plan = rewards.plan_of(calendar, {"task_id": "move-sync", "seed": 3})
     call = {"name": "submit_answer", "arguments": {"answer": "11:30"}}
@@ -233,9 +237,13 @@ def test_reset_by_task_id_records_the_task_and_seed_and_gives_tool_objects(shop)
         "branch": episode["branch"], "seed": 42, "task_id": "refund-order", "status": "running",
         "return": None,
     }  # fmt: skip
-    # a task's own limit wins over the reset's
-    _, limited = episodes.reset(token, world, task_id="refund-order", max_steps=50)
-    assert limited.observation["metadata"]["max_steps"] == 5
+    # the reset's explicit limit wins over the task's own (a trainer asking for 3 gets 3),
+    # lower or higher; the task's limit is the default when the reset gives none (above)
+    for asked in (3, 50):
+        played, limited = episodes.reset(token, world, task_id="refund-order", max_steps=asked)
+        assert limited.observation["metadata"]["max_steps"] == asked
+        assert Trajectory.objects.get(pk=played.pk).metadata["episode"]["max_steps"] == asked
+        assert rewards.plan_of(world.latest.spec(), played.metadata["episode"]).max_steps == asked
     _, other = episodes.reset(token, world, task_id="find-total", max_steps=9)
     assert other.observation["metadata"]["max_steps"] == 9
 
@@ -409,6 +417,59 @@ def test_a_judge_that_does_not_answer_is_left_out_and_named(project):
 
 
 @pytest.mark.django_db
+def test_a_task_typed_in_the_demo_calendar_gets_no_reward_rather_than_a_false_zero():
+    call_command("load_demo", stdout=StringIO())
+    world = World.objects.get(name="Northwind calendar")
+    token, _ = create_token(world.project, "trainer")
+    trajectory, reset = episodes.reset(token, world, task="Find the offsite's start time.", seed=4)
+    assert reset.observation["task_id"] == ""
+    plan = rewards.plan_of(world.latest.spec(), trajectory.metadata["episode"])
+    assert not plan.rubric  # move-sync's answer and state checks are not this task's
+    action = {"name": "submit_answer", "arguments": {"answer": "09:00"}}
+    answer = rewards.submitted_answer(plan, action)
+    verdict = rewards.verdict_of(plan, 0, "", None, final_answer=answer)
+    done = rewards.finish(world.project_id, trajectory.pk, plan, verdict, final_answer=answer)
+    assert (done.reward, done.breakdown) == (None, {})
+    assert done.observation_metadata["rubric"] == {} and done.step_meta["reward"] is None
+    episode = Trajectory.objects.get(pk=trajectory.pk).metadata["episode"]
+    assert episode["end"] == {"cause": "submit", "step": 0, "reward": None, "total": None,
+                              "breakdown": {}}  # fmt: skip
+    # the library's reward of the episode: none (not 0)
+    from studio.services.episode_library import reward_expression
+
+    shown = Trajectory.objects.annotate(r=reward_expression()).get(pk=trajectory.pk)
+    assert shown.r is None
+    # move-sync itself is still scored by its own checks
+    played, _ = episodes.reset(token, world, task_id="move-sync", seed=4)
+    sync = rewards.plan_of(world.latest.spec(), played.metadata["episode"])
+    ended = rewards.finish(
+        world.project_id, played.pk, sync,
+        rewards.verdict_of(sync, 0, "", None, final_answer="11:30"), final_answer="11:30",
+    )  # fmt: skip
+    assert ended.breakdown == {"answer": 1.0, "moved": 0.0, "told": 0.0}
+    assert ended.reward == pytest.approx(0.5)
+
+
+@pytest.mark.django_db
+def test_a_world_check_that_applies_to_any_task_still_scores_a_typed_task(shop, project):
+    token, world = shop
+    trajectory, _ = episodes.reset(token, world, task="Check order 1042 is refunded.", seed=2)
+    plan = rewards.plan_of(world.latest.spec(), trajectory.metadata["episode"])
+    # the world's "refunded" state check applies to any task; "said" (contains with no
+    # pattern) compares with an expected answer this task does not have: left out
+    play(trajectory, plan, [
+        ('{"name": "get_order", "arguments": {"id": 1042}}', '{"status": "refunded"}', {"order_refunded": True}),
+    ])  # fmt: skip
+    action = {"name": "submit_answer", "arguments": {"answer": "yes"}}
+    answer = rewards.submitted_answer(plan, action)
+    verdict = rewards.verdict_of(plan, 1, "", None, final_answer=answer)
+    done = rewards.finish(project.pk, trajectory.pk, plan, verdict, final_answer=answer)
+    assert done.breakdown == {"refunded": 1.0} and done.reward == 1.0
+    end = Trajectory.objects.get(pk=trajectory.pk).metadata["episode"]["end"]
+    assert end["breakdown"] == {"refunded": 1.0} and end["total"] == pytest.approx(2.0)
+
+
+@pytest.mark.django_db
 def test_a_judge_check_names_a_missing_judge_model(project):
     world = save_world(project, W.parse_world(JUDGED)).world
     token, _ = create_token(project, "trainer")
@@ -542,7 +603,7 @@ def test_an_openenv_client_plays_a_rewarded_task_to_done_and_replays_it(project)
     assert first.observation["task_id"] == "refund-order"
     assert (looked.reward, looked.done) == (0.0, False)
     assert (refunded.reward, refunded.done) == (1.0, False)
-    assert refunded.observation["metadata"]["state"] == {"order_refunded": True}
+    assert "state" not in refunded.observation["metadata"]  # the grader's, never the agent's
     assert done.done is True and done.reward == pytest.approx(1.0)
     assert done.observation["metadata"]["end_cause"] == "submit"
     # the same seed and actions: the same observations, and the same per-step seeds sent

@@ -1310,6 +1310,15 @@ CALENDAR_WORLD = {
             ),
             "expected": "11:30",
             "max_steps": 12,
+            # the sync's state keys say nothing of another task: its checks are its own
+            "rubric": {
+                "step": [],
+                "episode": [
+                    {"name": "answer", "kind": "exact", "target": "final_answer", "weight": 2},
+                    {"name": "moved", "kind": "state", "key": "sync_moved", "weight": 1},
+                    {"name": "told", "kind": "state", "key": "attendees_told", "weight": 1},
+                ],
+            },
         },
         {
             "id": "count-thursday",
@@ -1328,14 +1337,8 @@ CALENDAR_WORLD = {
             },
         },
     ],
-    "rubric": {
-        "step": [],
-        "episode": [
-            {"name": "answer", "kind": "exact", "target": "final_answer", "weight": 2},
-            {"name": "moved", "kind": "state", "key": "sync_moved", "weight": 1},
-            {"name": "told", "kind": "state", "key": "attendees_told", "weight": 1},
-        ],
-    },
+    # no world-level rubric: every check here belongs to one task, so a task typed at reset
+    # has no reward (None) rather than a score against another task's answer and state
     "termination": {
         "terminal": [],
         "submit": {"tool": "submit_answer", "argument": "answer"},
@@ -1417,19 +1420,29 @@ BACKUP_WORLD = {
             ),
             "expected": "",
             "max_steps": 15,
+            "rubric": {
+                "step": [
+                    # a small reward each time the shell shows the disk with room to spare
+                    {
+                        "name": "room",
+                        "kind": "regex",
+                        "pattern": r"/dev/sdb1\s+\S+\s+\S+\s+[1-9]\d+G",
+                    },
+                ],
+                "episode": [
+                    {"name": "freed", "kind": "state", "key": "space_freed", "weight": 2},
+                    {"name": "kept", "kind": "state", "key": "recent_dumps_kept", "weight": 2},
+                    {
+                        "name": "said",
+                        "kind": "regex",
+                        "target": "final_answer",
+                        "pattern": r"\d+(\.\d+)?G",
+                    },
+                ],
+            },
         },
     ],
-    "rubric": {
-        "step": [
-            # a small reward each time the shell shows the disk with room to spare
-            {"name": "room", "kind": "regex", "pattern": r"/dev/sdb1\s+\S+\s+\S+\s+[1-9]\d+G"},
-        ],
-        "episode": [
-            {"name": "freed", "kind": "state", "key": "space_freed", "weight": 2},
-            {"name": "kept", "kind": "state", "key": "recent_dumps_kept", "weight": 2},
-            {"name": "said", "kind": "regex", "target": "final_answer", "pattern": r"\d+(\.\d+)?G"},
-        ],
-    },
+    # the termination applies to any task: wiping the backup disk ends every episode
     "termination": {
         "terminal": [
             # wiping the backup disk ends the episode (its state says the recent dumps are gone)

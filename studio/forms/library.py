@@ -50,13 +50,13 @@ class LibraryFilterForm(forms.Form):
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *STATES])
     reward_min = forms.FloatField(
         required=False,
-        label="Reward from",
-        widget=forms.NumberInput(attrs={"step": "any", "placeholder": "reward ≥"}),
+        label="Total reward from",
+        widget=forms.NumberInput(attrs={"step": "any", "placeholder": "total reward ≥"}),
     )
     reward_max = forms.FloatField(
         required=False,
-        label="Reward to",
-        widget=forms.NumberInput(attrs={"step": "any", "placeholder": "reward ≤"}),
+        label="Total reward to",
+        widget=forms.NumberInput(attrs={"step": "any", "placeholder": "total reward ≤"}),
     )
     empty = forms.BooleanField(required=False, label="Show episodes without steps")
     sort = forms.ChoiceField(required=False, choices=SORT_CHOICES, initial="newest")

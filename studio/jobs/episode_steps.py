@@ -20,7 +20,6 @@ written on the step with it; at the episode's end, its end."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -138,26 +137,14 @@ _BATCHER: StepBatcher | None = None
 _BATCHER_LOCK = threading.Lock()
 
 
-def batch_setting(name: str, default: float) -> float:
-    """STUDIO_GPU_BATCH_WINDOW_MS / STUDIO_GPU_BATCH_MAX_ROWS: the Django setting, else the
-    environment variable, else the default."""
-    value = getattr(settings, name, None)
-    if value is None:
-        value = os.environ.get(name) or default
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-
-
 def batcher() -> StepBatcher:
     """This process's collector: the model lives once per process, so its batches do."""
     global _BATCHER
     with _BATCHER_LOCK:
         if _BATCHER is None:
             _BATCHER = StepBatcher(
-                window_s=batch_setting("STUDIO_GPU_BATCH_WINDOW_MS", 5) / 1000,
-                max_rows=max(1, int(batch_setting("STUDIO_GPU_BATCH_MAX_ROWS", 16))),
+                window_s=settings.STUDIO_GPU_BATCH_WINDOW_MS / 1000,
+                max_rows=settings.STUDIO_GPU_BATCH_MAX_ROWS,
             )
         return _BATCHER
 
@@ -402,6 +389,13 @@ def settle(
             # (the row lock orders two answers of one episode; the first one wins the index)
             if _stands_at(job, step.index):
                 step.save(force_insert=True)
+                if not _played(job):
+                    # every writer of an episode's steps notes its count, where the web
+                    # processes' direct path reads it (studio.serving.episode_rows)
+                    from studio.serving.episode_rows import note_written_sync
+
+                    count = step.index + 1
+                    transaction.on_commit(lambda: note_written_sync(job.trajectory_id, count))
             else:
                 status = JobStatus.FAILED
                 error = (

@@ -16,7 +16,11 @@ from django.db.models import Count
 
 from studio.models import Branch, Trajectory
 from studio.models.trajectories import BranchStatus
-from studio.services.model_identity import ModelIdentity, identities_of_jobs
+from studio.services.model_identity import (
+    ModelIdentity,
+    identities_of_jobs,
+    models_of_episode_branches,
+)
 
 ACTIVE_STATUSES = (BranchStatus.QUEUED, BranchStatus.RUNNING)
 
@@ -252,11 +256,17 @@ def _shared_identity(members: Sequence[TreeNode]) -> ModelIdentity | None:
     return members[0].identity if len(keys) == 1 else None
 
 
-def name_tree_models(nodes: Sequence[TreeNode]) -> None:
-    """Fill each node's `identity` (one query for all the tree's jobs)."""
+def name_tree_models(nodes: Sequence[TreeNode], *, episode: bool = False) -> None:
+    """Fill each node's `identity` (one query for all the tree's jobs). `episode`: the tree
+    is an episode's, whose branch of no job holds steps a served model wrote (no job row):
+    named by the one model they name (two more queries)."""
     identities = identities_of_jobs(n.job_id for n in nodes)
+    served = models_of_episode_branches(n.pk for n in nodes if n.job_id is None) if episode else {}
     for n in nodes:
         n.identity = identities.get(n.job_id) if n.job_id is not None else None
+        models = served.get(n.pk, [])
+        if n.job_id is None and len(models) == 1:
+            n.identity = models[0]
 
 
 def filter_tree_by_model(nodes: Sequence[TreeNode], token: str) -> tuple[list[TreeNode], int]:

@@ -14,6 +14,7 @@ size. The row shapes are `studio.exports.formats`."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -58,7 +59,13 @@ from studio.models import (
 )
 from studio.queues import queue_name
 from studio.services import job_limits
-from studio.services.model_identity import identities_of_jobs, world_model_dict
+from studio.services.model_identity import (
+    ModelIdentity,
+    identities_of_jobs,
+    identity_of_step_meta,
+    is_served_meta,
+    world_model_dict,
+)
 from studio.services.queues import QueueData, counted_annotations, steps_for
 
 MAX_ITEMS = 200_000
@@ -374,14 +381,23 @@ def _world_model_of(
     segment_jobs: dict[int, int | None],
     identities: dict[int, dict[str, Any]],
 ) -> dict[str, Any]:
-    """A `STEP_COLUMNS` row's `world_model` (`model_identity.job_of_step`, on plain rows)."""
+    """A `STEP_COLUMNS` row's `world_model` (`model_identity.identity_of_step`, on plain
+    rows)."""
     if row[8] == "recorded":
         return _RECORDED_MODEL
     # simulated, perturbed, or a rollout's final answer (its run names the agent too)
     job = meta.get("job")
     if not isinstance(job, int) or isinstance(job, bool):
+        if is_served_meta(meta):  # a served episode step: no job, its meta names the model
+            return _served_model(identity_of_step_meta(meta))
         job = segment_jobs.get(row[1])
     return identities.get(job, _UNKNOWN_MODEL) if job is not None else _UNKNOWN_MODEL
+
+
+@functools.lru_cache(maxsize=4096)
+def _served_model(identity: ModelIdentity | None) -> dict[str, Any]:
+    """One shared, read-only dict per served model, settings and seed (as `identities`)."""
+    return world_model_dict(identity, recorded=False)
 
 
 def _export_turn(

@@ -11,6 +11,7 @@ message names what is wrong and where (`EpisodeInvalid`: HTTP 422, a WebSocket e
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -40,20 +41,20 @@ def clean_text(value: Any, where: str) -> Any:
 
 
 def _first_bad(value: Any, where: str) -> str | None:
-    stack: list[tuple[Any, str]] = [(value, where)]
+    stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):
             why = _bad_text(item)
             if why is not None:
-                return f"{path} {why}"
+                return f"{where} at {path} {why}" if path else f"{where} {why}"
         elif isinstance(item, dict):
             for key, child in item.items():
                 if isinstance(key, str):
                     why = _bad_text(key)
                     if why is not None:
-                        return f"a key in {path} {why}"
-                stack.append((child, f"{path}.{key}"))
+                        return f"a key in {where}{f' at {path}' if path else ''} {why}"
+                stack.append((child, f"{path}.{key}" if path else str(key)))
         elif isinstance(item, list):
             stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
     return None
@@ -89,7 +90,6 @@ def check_tool_call(tools: Any, name: Any, arguments: Any) -> dict[str, Any]:
     """The call's arguments (a dict) when `name` is one of `tools` (OpenAI tools, as a
     world's spec holds them) and the arguments satisfy its JSON Schema; else EpisodeInvalid
     naming the tool and the failing argument."""
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
     if not isinstance(name, str) or not name:
@@ -104,7 +104,7 @@ def check_tool_call(tools: Any, name: Any, arguments: Any) -> dict[str, Any]:
         raise EpisodeInvalid(f"unknown tool {name!r}: this world's tools are {listed}")
     schema = known[name].get("parameters") or {"type": "object"}
     try:
-        error = next(iter(Draft202012Validator(schema).iter_errors(arguments)), None)
+        error = next(iter(_validator(_schema_key(schema)).iter_errors(arguments)), None)
     except SchemaError:  # a world's schemas are checked when saved; never the agent's fault
         return arguments
     if error is not None:
@@ -114,3 +114,16 @@ def check_tool_call(tools: Any, name: Any, arguments: Any) -> dict[str, Any]:
             f"the arguments of tool {name!r} break its schema{at}: {error.message}"
         )
     return arguments
+
+
+def _schema_key(schema: Any) -> str:
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _validator(schema_text: str) -> Any:
+    """A tool's JSON Schema validator, made once per schema (every tool-call step checks
+    one: building it costs more than the check)."""
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(json.loads(schema_text))

@@ -132,6 +132,15 @@ def end_episode(trajectory_id: int) -> dict[str, Any]:
             appends=True,
             status__in=[JobStatus.QUEUED, JobStatus.RUNNING],
         ).update(cancel_requested=True)
+
+        def forget() -> None:
+            # a process that noted the episode's step count would skip reading its status
+            # and ask the model once before its write refused the step
+            from studio.serving.episode_rows import forget_noted_sync
+
+            forget_noted_sync(trajectory_id)
+
+        transaction.on_commit(forget)
     return episode
 
 

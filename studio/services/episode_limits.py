@@ -32,9 +32,11 @@ def check_body(size: int) -> None:
     """A request body of `size` bytes (Content-Length, or counted as it arrived)."""
     limit = _kb("STUDIO_EPISODE_MAX_BODY_KB")
     if size > limit:
+        # `size` is what was declared or what had arrived when it was refused, not always
+        # the whole body's
         raise EpisodeTooLarge(
-            f"the request body is {size:,} bytes; the limit is {limit:,} "
-            "(STUDIO_EPISODE_MAX_BODY_KB)"
+            f"the request body is over the limit of {limit:,} bytes "
+            f"(STUDIO_EPISODE_MAX_BODY_KB): refused at {size:,} bytes"
         )
 
 

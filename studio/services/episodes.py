@@ -138,7 +138,7 @@ def reset(
     (EpisodeNotFound when it has none of that id), else the `task` typed here, else one of
     the world's tasks drawn with the seed (the same seed, the same task), else a default.
     `seed` fixes the episode's sampling (drawn when not given; recorded either way);
-    `max_steps`: the task's own limit first, else this, else DEFAULT_MAX_STEPS. Types and
+    `max_steps`: this when given, else the task's own limit, else DEFAULT_MAX_STEPS. Types and
     sizes are checked (EpisodeInvalid 422, EpisodeTooLarge 413) before the reset is counted
     against the token's rate (EpisodeBusy 429) and anything is written."""
     from inference import rubrics
@@ -194,11 +194,8 @@ def reset(
     elif not task.strip() and spec.tasks:
         chosen = rubrics.choose_task(spec.tasks, seed)
     instruction = chosen.instruction if chosen is not None else task.strip()
-    limit = (
-        chosen.max_steps
-        if chosen is not None and chosen.max_steps is not None
-        else max_steps or DEFAULT_MAX_STEPS
-    )
+    # the caller's limit first (a trainer that asks for 3 steps gets 3), else the task's own
+    limit = max_steps or (chosen.max_steps if chosen is not None else None) or DEFAULT_MAX_STEPS
     episode_limits.count(token.pk, "reset")
     with transaction.atomic():  # never a half-made episode
         trajectory = start_trajectory(version, instruction or f"An episode in {world.name}")
@@ -253,7 +250,7 @@ def episode_of(token: ApiToken, episode_id: Any) -> Trajectory:
         pk=_episode_pk(episode_id), project_id=token.project_id, source_format="episode"
     ).first()
     if trajectory is None:
-        raise EpisodeError(f"episode_id {episode_id!r} is not an episode of this project")
+        raise EpisodeNotFound(f"episode_id {episode_id!r} is not an episode of this project")
     return trajectory
 
 
@@ -264,7 +261,7 @@ def action_text(action: Any) -> str:
     if isinstance(action, str):
         return action
     if not isinstance(action, dict) or not action:
-        raise EpisodeError('action must be an object, e.g. {"action": "ls"} or a tool call')
+        raise EpisodeInvalid('action must be an object, e.g. {"action": "ls"} or a tool call')
     for key in ("action", "text", "command"):
         if isinstance(action.get(key), str) and len(action) == 1:
             return action[key]
@@ -290,7 +287,7 @@ def start_step(
             return _start_step_once(token, episode_id, action, check_token)
         except _Again:
             continue
-    raise EpisodeError("the episode changed while this step was sent: send it again")
+    raise EpisodeConflict("the episode changed while this step was sent: send it again")
 
 
 def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token: bool):
@@ -312,12 +309,12 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
     if trajectory is None:
         if check_token and not tokens.still_active(token):
             raise TokenRevoked
-        raise EpisodeError(f"episode_id {episode_id!r} is not an episode of this project")
+        raise EpisodeNotFound(f"episode_id {episode_id!r} is not an episode of this project")
     episode = (trajectory.metadata or {}).get("episode", {})
     index = trajectory.step_count  # an episode's steps are all appended by its jobs
     limit = max_steps_of(trajectory)
     if index >= limit:
-        raise EpisodeError(f"the episode is done: it took its {limit} steps")
+        raise EpisodeConflict(f"the episode is done: it took its {limit} steps")
     if index > settings.STUDIO_MAX_HISTORY_STEPS:  # the step sends `index` turns of history
         raise EpisodeError(
             f"step {index} would send {index} steps of history to the world model: the limit "
@@ -395,7 +392,9 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
         if SimulationJob.objects.filter(
             branch_id=branch_id, appends=True, status__in=[JobStatus.QUEUED, JobStatus.RUNNING]
         ).exists():
-            raise EpisodeError("the previous step is still being answered: wait for it") from None
+            raise EpisodeConflict(
+                "the previous step is still being answered: wait for it"
+            ) from None
         if version is not None and not WorldVersion.objects.filter(pk=version[0]).exists():
             _VERSIONS.clear()  # its world was deleted: the next try reads so and says it
         # else the open step ended between the insert and the check, or the episode went
@@ -441,11 +440,13 @@ def world_version_of(trajectory: Trajectory) -> tuple[int, dict[str, Any]] | Non
 
 def _episode_pk(episode_id: Any) -> int:
     if episode_id in (None, ""):
-        raise EpisodeError("episode_id is required: the one /reset returned")
+        raise EpisodeInvalid("episode_id is required: the one /reset returned")
     try:
         return int(episode_id)
     except (TypeError, ValueError):
-        raise EpisodeError(f"episode_id {episode_id!r} is not an episode of this project") from None
+        raise EpisodeNotFound(
+            f"episode_id {episode_id!r} is not an episode of this project"
+        ) from None
 
 
 UNCLAIMED = (
@@ -519,9 +520,19 @@ def failure_error(job: SimulationJob) -> EpisodeError:
     recorded: the studio's failures (a worker lost, none for its queue, the model did not
     answer) are retryable (503); a step another answer took, or one cancelled in the
     studio, is a conflict (409)."""
-    from studio.services.step_watch import is_unavailable, retry_after_s
+    from studio.services.step_watch import (
+        is_unavailable,
+        is_worker_lost,
+        lost_message,
+        retry_after_s,
+    )
 
     message = failure_of(job)
+    if is_worker_lost(job):
+        # the sweeper failed it first: told as the waiting process tells it (the job
+        # page's text says "use Retry", a button the agent has not)
+        lost = lost_message(job, job.finished_at or timezone.now())
+        return EpisodeUnavailable(lost, retry_after=retry_after_s())
     if is_unavailable(job):
         return EpisodeUnavailable(job.error, retry_after=retry_after_s())
     if job.status == JobStatus.CANCELLED:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from studio.importers.native import NAME
 from studio.models import Branch
-from studio.services.model_identity import identities_of_jobs, job_of_step, world_model_dict
+from studio.services.model_identity import identities_of_jobs, identity_of_step, world_model_dict
 
 STEP_FIELDS = (
     "index",
@@ -28,8 +28,9 @@ STEP_FIELDS = (
 
 def export_chunks(branch: Branch) -> Iterator[str]:
     trajectory = branch.trajectory
-    # The model of each simulated step (its own job, else its branch's): the jobs named by
-    # the path's steps and branches, read before the steps stream.
+    # The model of each simulated step (its own job, else its branch's; a served episode
+    # step, with no job, names it in its meta): the jobs named by the path's steps and
+    # branches, read before the steps stream.
     lineage = [pk for pk, _ in (branch.lineage or branch.compute_lineage())]
     branch_jobs = dict(Branch.objects.filter(pk__in=lineage).values_list("pk", "job_id"))
     named = (
@@ -65,9 +66,8 @@ def export_chunks(branch: Branch) -> Iterator[str]:
     first = True
     for step in branch.all_steps().only(*STEP_FIELDS, "branch_id").iterator(chunk_size=200):
         item = {name: getattr(step, name) for name in STEP_FIELDS if name != "index"}
-        job = job_of_step(step, branch_jobs)
         item["world_model"] = world_model_dict(
-            identities.get(job) if job is not None else None,
+            identity_of_step(step, branch_jobs, identities),
             recorded=step.observation_source == "recorded",
         )
         yield ("" if first else ", ") + json.dumps(item, ensure_ascii=False)

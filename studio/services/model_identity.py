@@ -227,20 +227,82 @@ def identities_of_jobs(job_ids: Iterable[int | None]) -> dict[int, ModelIdentity
 def job_of_step(step: Any, branch_jobs: Mapping[int, int | None]) -> int | None:
     """The job whose model wrote a step's observation: the step says so itself (meta["job"],
     set by the simulation sink: an appended branch holds steps of many jobs), else its
-    branch's job (`branch_jobs`: branch id -> job id). None: recorded or hand-made."""
+    branch's job (`branch_jobs`: branch id -> job id). None: recorded, hand-made, or written
+    with no job (a served step: `identity_of_step_meta` names its model)."""
     if getattr(step, "observation_source", "") == "recorded":
         return None
     meta = getattr(step, "meta", None) or {}
     job_id = meta.get("job") if isinstance(meta, dict) else None
     if isinstance(job_id, int) and not isinstance(job_id, bool):
         return job_id
+    if is_served_meta(meta):
+        return None  # the web process wrote it: no job did, whatever its branch's
     return branch_jobs.get(step.branch_id)
 
 
-def models_of_trajectory(trajectory_id: int) -> list[ModelIdentity]:
+# Step.meta["served"]: a step of an episode whose served world model the web process asked
+# itself (`studio.serving.direct`): no job row, so the meta records the model
+SERVED = "served"
+SERVED_MODE = "next"  # what such a step is: the job path runs an episode's step as "next"
+
+
+def is_served_meta(meta: Any) -> bool:
+    """Whether a step's meta is a served step's (`SERVED`; rows written before the mark are
+    told by the model fields the direct path wrote, with no job)."""
+    if not isinstance(meta, dict) or "job" in meta:
+        return False
+    if meta.get(SERVED) is True:
+        return True
+    return isinstance(meta.get("backend"), str) and "endpoint" in meta and "model" in meta
+
+
+def identity_of_step_meta(meta: Any) -> ModelIdentity | None:
+    """The model of a served step (`is_served_meta`), as its meta records it: backend,
+    endpoint, model, sampling, seed and world, read as `identity_of_job` reads a job's, so
+    the two paths' steps of one model run the same way share a `key`. None for any other
+    step (a job's: `job_of_step`)."""
+    if not is_served_meta(meta):
+        return None
+    backend = str(meta.get("backend") or "")
+    sampling = meta.get("sampling") if isinstance(meta.get("sampling"), dict) else {}
+    world = meta.get("world")
+    world_text = ""
+    if isinstance(world, dict) and world.get("name"):
+        world_text = f"{world['name']} v{world.get('version', '?')}"
+    return ModelIdentity(
+        backend=backend,
+        name=str(meta.get("endpoint") or ""),
+        model=str(meta.get("model") or "") if backend != "retrieval" else "",
+        temperature=_float(sampling.get("temperature")),
+        top_p=_float(sampling.get("top_p")),
+        max_tokens=_int(sampling.get("max_tokens")),
+        seed=_int(meta.get("seed")),
+        world=world_text,
+        mode=SERVED_MODE,
+    )
+
+
+def identity_of_step(
+    step: Any, branch_jobs: Mapping[int, int | None], identities: Mapping[int, ModelIdentity]
+) -> ModelIdentity | None:
+    """The model that wrote a step's observation: its job's (`job_of_step`, looked up in
+    `identities`: `identities_of_jobs`), else its meta's (a served step). None: recorded,
+    or a job that is gone."""
+    job_id = job_of_step(step, branch_jobs)
+    if job_id is not None:
+        return identities.get(job_id)
+    if getattr(step, "observation_source", "") == "recorded":
+        return None
+    return identity_of_step_meta(getattr(step, "meta", None))
+
+
+def models_of_trajectory(trajectory_id: int, *, episode: bool | None = None) -> list[ModelIdentity]:
     """The world models (settings apart: `model_key`) that ran futures of a trajectory, in
-    the order they first ran, in one small query: what a page gives `colour_map` so that a
-    model keeps its colour on the trajectory page, in every window of steps and on the tree."""
+    the order they first ran (its jobs' models, then those of its served steps), in one or
+    two small queries: what a page gives `colour_map` so that a model keeps its colour on
+    the trajectory page, in every window of steps and on the tree. `episode`: whether it is
+    an episode (`source_format == "episode"`), whose served steps have no job; False skips
+    reading its steps, None reads them only where the trajectory is one."""
     from django.db.models import Min
 
     from studio.models import SimulationJob
@@ -251,7 +313,7 @@ def models_of_trajectory(trajectory_id: int) -> list[ModelIdentity]:
         .annotate(first=Min("id"))
         .order_by("first")
     )
-    return [
+    found = [
         ModelIdentity(
             backend=r["backend"],
             name=r["world_name"] or "",
@@ -259,6 +321,94 @@ def models_of_trajectory(trajectory_id: int) -> list[ModelIdentity]:
         )
         for r in rows
     ]
+    if episode is not False:
+        keys = {m.model_key for m in found}
+        for served in served_models_of_trajectory(trajectory_id, only_episode=episode is None):
+            if served.model_key not in keys:
+                keys.add(served.model_key)
+                found.append(served)
+    return found
+
+
+def _served_steps_filter() -> Any:
+    from django.db.models import Q
+
+    return Q(**{f"meta__{SERVED}": True}) | (
+        Q(meta__has_key="backend") & Q(meta__has_key="endpoint") & ~Q(meta__has_key="job")
+    )
+
+
+def served_models_of_trajectory(
+    trajectory_id: int, *, only_episode: bool = True
+) -> list[ModelIdentity]:
+    """The models (settings apart) of a trajectory's served steps (`is_served_meta`), in the
+    order they first wrote one: one query, grouped in the database. `only_episode`: read
+    the steps only where the trajectory is an episode (only episodes have served steps; the
+    join keeps a long imported trajectory's steps unread)."""
+    from django.db.models import Min
+
+    from studio.models import Step
+
+    steps = Step.objects.filter(branch__trajectory_id=trajectory_id).exclude(
+        observation_source="recorded"
+    )
+    if only_episode:
+        steps = steps.filter(branch__trajectory__source_format="episode")
+    rows = (
+        steps.filter(_served_steps_filter())
+        .values("meta__backend", "meta__endpoint", "meta__model")
+        .annotate(first=Min("id"))
+        .order_by("first")
+    )
+    found: dict[str, ModelIdentity] = {}
+    for r in rows:
+        identity = _served_model_of_row(r)
+        found.setdefault(identity.model_key, identity)
+    return list(found.values())
+
+
+def _served_model_of_row(row: Mapping[str, Any]) -> ModelIdentity:
+    backend = str(row["meta__backend"] or "")
+    return ModelIdentity(
+        backend=backend,
+        name=str(row["meta__endpoint"] or ""),
+        model=str(row["meta__model"] or "") if backend != "retrieval" else "",
+    )
+
+
+def models_of_episode_branches(
+    branch_ids: Iterable[int],
+) -> dict[int, list[ModelIdentity | None]]:
+    """branch id -> the models (settings apart) that wrote the steps of an episode's branch
+    of no job, where its steps are served ones (`is_served_meta`); a branch that also holds
+    steps of jobs gets None among them (its steps name models of both paths: say "mixed",
+    never one). Branches of other trajectories are left out unread. Two queries."""
+    from django.db.models import Min
+
+    from studio.models import Step
+
+    ids = set(branch_ids)
+    if not ids:
+        return {}
+    steps = Step.objects.filter(
+        branch_id__in=ids, branch__trajectory__source_format="episode"
+    ).exclude(observation_source="recorded")
+    rows = (
+        steps.filter(_served_steps_filter())
+        .values("branch_id", "meta__backend", "meta__endpoint", "meta__model")
+        .annotate(first=Min("id"))
+        .order_by("first")
+    )
+    found: dict[int, dict[str, ModelIdentity]] = {}
+    for r in rows:
+        identity = _served_model_of_row(r)
+        found.setdefault(r["branch_id"], {}).setdefault(identity.model_key, identity)
+    with_jobs = set(
+        steps.filter(branch_id__in=found, meta__has_key="job").values_list("branch_id", flat=True)
+    )
+    return {
+        pk: [*models.values(), *([None] if pk in with_jobs else [])] for pk, models in found.items()
+    }
 
 
 def world_model_dict(identity: ModelIdentity | None, *, recorded: bool = True) -> dict[str, Any]:

@@ -96,16 +96,21 @@ def plan_of(spec: WorldSpec, episode: dict[str, Any], *, instruction: str = "") 
     """The plan of an episode from its world (at the episode's version) and its record
     `metadata["episode"]` (task_id, seed, max_steps). A task id the world no longer has
     plays as a typed task (the version an episode plays in never changes, so this is for
-    records made before tasks existed)."""
+    records made before tasks existed). The rubric holds only the checks that apply to the
+    task (`rubrics.applicable`): a task typed at reset has no expected answer and no success
+    criteria, so a check that needs them is left out, not scored 0 (no check left: no
+    reward, None)."""
     task = spec.task(str(episode.get("task_id") or ""))
     rubric = task.rubric if task is not None and task.rubric is not None else spec.rubric
+    success_criteria = task.success_criteria if task is not None else ""
+    expected = task.expected if task is not None else ""
     seed = episode.get("seed")
     return EpisodePlan(
         world=spec.name,
         task_id=task.id if task is not None else "",
-        success_criteria=task.success_criteria if task is not None else "",
-        expected=task.expected if task is not None else "",
-        rubric=rubric,
+        success_criteria=success_criteria,
+        expected=expected,
+        rubric=rubrics.applicable(rubric, expected=expected, success_criteria=success_criteria),
         termination=spec.termination,
         state_keys=spec.state_keys,
         seed=int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else 0,
@@ -134,8 +139,9 @@ def _metas(verdict: StepVerdict) -> tuple[dict[str, Any], dict[str, Any]]:
         "end_cause": verdict.cause,
     }
     if verdict.state is not None:
+        # the grader's view, recorded on the step, never sent to the agent: it would read
+        # the world's hidden state (and a reward hacker would aim at it)
         step_meta["state"] = verdict.state
-        observation_metadata["state"] = verdict.state
     if verdict.final_answer is not None:
         step_meta.update(submit=True, final_answer=verdict.final_answer)
     if verdict.end is not None:
@@ -304,7 +310,8 @@ def judge_score(
     )
     messages = rubrics.judge_messages(
         task=plan.instruction,
-        criteria=check.criteria or plan.success_criteria or f"The agent did: {plan.instruction}",
+        # plan_of keeps no judge check that has neither criteria nor success criteria
+        criteria=check.criteria or plan.success_criteria,
         steps=steps,
         final_answer=final_answer,
     )

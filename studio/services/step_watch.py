@@ -156,11 +156,24 @@ def _died_since(worker: WorkerHeartbeat, sent, now) -> bool:
 
 
 def lost_message(job: SimulationJob, now) -> str:
+    """What the agent is told of a step whose worker was lost, whichever process noticed
+    first (this waiting one, or the sweeper: `now` is then when it failed the job)."""
     beat = job.heartbeat_at or job.started_at or job.created_at
+    worker = f" ({job.worker})" if job.worker else ""
     return (
-        f"The worker answering this step ({job.worker}) stopped: its heartbeat stopped "
-        f"{(now - beat).total_seconds():.0f} s ago (killed, restarted or out of memory). Nothing "
-        "of the step was recorded: send it again."
+        f"The worker running this step{worker} was lost: its heartbeat stopped "
+        f"{max(0.0, (now - beat).total_seconds()):.0f} s ago (killed, restarted or out of "
+        "memory). Nothing of the step was recorded: send it again."
+    )
+
+
+def is_worker_lost(job: SimulationJob) -> bool:
+    """A step failed as "worker lost", as `runtime.fail_lost` leaves it (the sweeper's or
+    this process's): its job page's text (`WORKER_LOST_MESSAGE`) is not the agent's."""
+    return (
+        job.status == JobStatus.FAILED
+        and job.phase == "failed"
+        and (job.error or "").startswith(LOST_PREFIX)
     )
 
 

@@ -233,8 +233,9 @@ def queue_status(job: Any) -> dict[str, Any] | None:
 
 
 def start_command(queue: str) -> str:
-    """A command that starts a worker for `queue`, run from the checkout (what scripts/dev.sh
-    runs for that queue)."""
+    """A command that starts a worker for `queue`, run from the checkout (the pool that
+    scripts/dev.sh runs for that queue; its gpu worker has STUDIO_GPU_THREADS threads,
+    docker-compose's 16, as here)."""
     prefix = settings.STUDIO_QUEUE_PREFIX
     base = queue[len(prefix) :] if prefix and queue.startswith(prefix) else queue
     env = []
@@ -243,10 +244,12 @@ def start_command(queue: str) -> str:
     if settings.DEBUG:
         env.append("DEBUG=1")
     options = {
-        "gpu": "-c 1 --pool solo",  # one model per process; needs the gpu extra
+        # one model per process (needs the gpu extra), shared by threads whose episode
+        # steps go as one engine call (`inference.step_batcher`)
+        "gpu": "-P threads -c 16",
         "episodes": "-P threads -c 32",  # each thread waits on a model server's answer
     }.get(base, "-c 2")
-    # a name of its own: never the same as dev.sh's jobs@ and episodes@ workers, whose
+    # a name of its own: never the same as dev.sh's jobs@, gpu@ and episodes@ workers, whose
     # heartbeat rows it would overwrite
     name = f"{re.sub(r'[^A-Za-z0-9_-]', '-', base)}-worker@%h"
     return " ".join(

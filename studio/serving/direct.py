@@ -1,15 +1,20 @@
 """A step of an episode whose world model is served (an OpenAI-compatible server), answered in
 the web process itself: no job row, no Celery hop, no worker thread. The model is I/O, so the
-event loop waits on many models at once; what a step costs is its few trips:
+event loop waits on many models at once; what a step costs is its few trips
+(`studio.serving.episode_rows`, on the event loop with PostgreSQL):
 
-1. one read of the episode (its step count and status, and whether the token is still
-   active) in a database thread;
-2. the model's answer, over a shared `httpx.AsyncClient` (bounded by
-   STUDIO_EPISODE_STEP_TIMEOUT_S; a server down is a retryable 503 and nothing is written);
-3. one write in a database thread: on PostgreSQL ONE statement (a CTE that advances the
-   trajectory's step count where it still equals the step's index and the episode is not
-   ended, and inserts the step), on SQLite a short transaction. A step another process took
-   meanwhile loses the race: EpisodeConflict, nothing duplicated.
+1. where the episode stands: one round trip to Redis counts the token's rate and reads the
+   step count the episode's last writer noted; when it is the count this process left the
+   episode at (and the token was seen active within TOKEN_TTL_S), no database read is
+   needed, else one query reads the step count, the status and the token;
+2. the model's answer, over kept-alive HTTP/1.1 connections (`studio.serving.model_http`,
+   bounded by STUDIO_EPISODE_STEP_TIMEOUT_S; a server down is a retryable 503 and nothing
+   is written);
+3. the write: on PostgreSQL ONE statement (a CTE that advances the trajectory's step count
+   where it still equals the step's index, the episode is running and the token is active,
+   and inserts the step), on SQLite a short transaction. A step another process took
+   meanwhile loses: EpisodeConflict, nothing duplicated. At the episode's end its end is
+   scored and written (`rewards.finish`).
 
 The messages are the runner's (`inference.prompts`: the world's composed system prompt, the
 history as turn pairs, the turn asked for), the answer is parsed as the runner parses it
@@ -17,7 +22,7 @@ history as turn pairs, the turn asked for), the answer is parsed as the runner p
 (`studio.jobs.world_model.step_row`): an agent's action, a simulated observation. Rewards and
 ends are the world's (`studio.services.rewards`). What never changes in an episode (its
 world's prompt, tools, task, plan, the world model's endpoint) is read once per process and
-kept for `STATIC_TTL_S`; the history's messages are kept by (episode, step count) and read
+kept for STATIC_TTL_S; the history's messages are kept by (episode, step count) and read
 again when another process took a step."""
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from django.conf import settings
@@ -50,8 +55,6 @@ from studio.services.episodes import (
 from studio.serving import episode_rows as rows
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 # What never changes in an episode is read again after this long: an endpoint's edit (its
 # model, URL or key) or a deleted world takes effect within it.
@@ -104,7 +107,6 @@ class Served:
     temperature: float
     top_p: float | None
     max_tokens: int
-    read_at: float = field(default_factory=time.monotonic)
 
 
 _static: OrderedDict[int, Served | JobPath] = OrderedDict()
@@ -678,9 +680,7 @@ async def take_step(
         parsed = parse_prediction(answer.text)
         verdict = rewards.verdict_of(served.plan, index, parsed.observation, parsed.state)
         meta: dict[str, Any] = {
-            "backend": "openai",
-            "model": served.model or _models.get(served.base_url, ""),
-            "endpoint": served.endpoint_name,
+            **_model_meta(served),
             "world": served.world,
             # the step's time in the web process until its write (the model's included),
             # and its read of the episode and the model's request (the server's answer)
@@ -815,8 +815,8 @@ def _standing_checked(token, pk: int, standing: rows.Standing, *, check_token: b
             _token_seen.clear()
     if standing.status != "running":
         raise EpisodeConflict(
-            f"the episode is {standing.status}: it took {standing.step_count} steps (reset to "
-            "start a new one)"
+            f"the episode is {standing.status}: it took {standing.step_count} steps (start a "
+            "new episode to go on)"
         )
     _known[pk] = standing.step_count
     if len(_known) > 100_000:
@@ -832,7 +832,12 @@ async def _submit(
     from studio.services import rewards
 
     verdict = rewards.verdict_of(served.plan, index, "", None, final_answer=final_answer)
-    meta: dict[str, Any] = {"model_call": False, "world": served.world, **verdict.step_meta}
+    meta: dict[str, Any] = {
+        "model_call": False,
+        **_model_meta(served),  # the world model its episode played against (not asked here)
+        "world": served.world,
+        **verdict.step_meta,
+    }
     row = rows.StepRow(
         token_id=token.pk,
         trajectory_id=served.trajectory_id,
@@ -850,6 +855,24 @@ async def _submit(
     final = await _settle(token, served, row, verdict, final_answer, text, check_token=check_token)
     _history.pop(served.trajectory_id, None)
     return _result(served, index, "", "", final)
+
+
+def _model_meta(served: Served) -> dict[str, Any]:
+    """What names a step's world model where no job row does: read back by
+    `studio.services.model_identity.identity_of_step_meta` (its sampling as a job's params)."""
+    from studio.services.model_identity import SERVED
+
+    return {
+        SERVED: True,
+        "backend": "openai",
+        "model": served.model or _models.get(served.base_url, ""),
+        "endpoint": served.endpoint_name,
+        "sampling": {
+            "temperature": served.temperature,
+            "top_p": served.top_p,
+            "max_tokens": served.max_tokens,
+        },
+    }
 
 
 def _normalised(text: str, domain: str) -> str:

@@ -130,10 +130,15 @@ class _PgPool:
         async with self._slots:
             conn = self._idle.pop() if self._idle else None
             if conn is None or conn.closed:
-                params = dict(connections["default"].get_connection_params())
+                database = connections["default"]
+                params = dict(database.get_connection_params())
                 for key in ("cursor_factory", "context", "prepare_threshold"):
                     params.pop(key, None)
                 conn = await psycopg.AsyncConnection.connect(**params, autocommit=True)
+                # the server prepares the step's statements after a few runs, unless the
+                # database's OPTIONS say otherwise (a transaction-pooling PgBouncer: None)
+                if "prepare_threshold" in (database.settings_dict.get("OPTIONS") or {}):
+                    conn.prepare_threshold = database.settings_dict["OPTIONS"]["prepare_threshold"]
             try:
                 yield conn
             except BaseException:
@@ -447,6 +452,24 @@ def note_written_sync(pk: int, step_count: int) -> None:
 _sync_redis: Any = None
 
 
+def forget_noted_sync(pk: int) -> None:
+    """Drop the episode's noted step count (its status changed outside the step path: ended
+    from the studio): the next step of it, in every process, reads the episode first and is
+    refused before any model is asked."""
+    url = redis_ready()
+    if url is None:
+        return
+    try:
+        import redis
+
+        global _sync_redis
+        if _sync_redis is None:
+            _sync_redis = redis.Redis.from_url(url, socket_timeout=2)
+        _sync_redis.delete(_count_key(pk))
+    except Exception:  # noqa: BLE001 - the step's write still refuses it
+        log.debug("could not drop episode %s's noted count", pk, exc_info=True)
+
+
 def note_written(pk: int, step_count: int) -> None:
     """Note the episode's new step count in Redis, without waiting (a lost note only sends
     the next step through the database read)."""
@@ -626,7 +649,7 @@ def why_not_written(trajectory_id: int, index: int) -> EpisodeConflict:
     status = ((row or {}).get("episode") or {}).get("status") or "running"
     if status != "running":
         return EpisodeConflict(
-            f"the episode is {status}: this answer is not kept (reset to start a new one)"
+            f"the episode is {status}: this answer is not kept (start a new episode to go on)"
         )
     return EpisodeConflict(
         f"another step of this episode was taken at step {index} meanwhile: this answer is "

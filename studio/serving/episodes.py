@@ -46,7 +46,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from studio.services import episode_limits, episodes
 from studio.services.episode_inputs import check_tool_call, clean_text
 from studio.services.tokens import authenticate, still_active
-from studio.serving import log_redaction, openenv_actions, openenv_schema, tool_calls
+from studio.serving import log_redaction, openenv_actions, openenv_schema, token_cache, tool_calls
 from studio.serving.jsonrpc import endpoint as jsonrpc_endpoint  # OpenEnv's POST /mcp
 from studio.serving.steps import answer_of, db, run_step
 
@@ -298,6 +298,14 @@ async def _tool_call(token, episode_id: Any, action: Any, tools, world_id: int, 
     return openenv_actions.call_payload(name, result)
 
 
+def _check_plain_call(action: dict[str, Any], tools) -> None:
+    """A plain tool call `{"name", "arguments"?}`: refused (EpisodeInvalid, 422 / a
+    WebSocket error, naming the tool and the argument) unless it calls one of the episode's
+    tools as its schema says, before any model sees it or anything is written; a valid one
+    is a step as it was sent."""
+    check_tool_call(tools, action["name"], action.get("arguments"))
+
+
 # ---- HTTP -----------------------------------------------------------------------------------
 
 
@@ -326,7 +334,12 @@ async def reset(request: Request) -> JSONResponse:
 
 @_routed
 async def step(request: Request) -> JSONResponse:
-    token = await _token(request)
+    # trusted for a second (token_cache): a step's write checks the token itself, so a
+    # revoked one records nothing even then, and the hot path makes no query for it
+    text = _token_of(request.path_params.get("token"), request.headers)
+    token = await token_cache.authenticate(text)
+    if token is None:
+        raise Unauthorized(NO_TOKEN)
     data = await _body(request)
     world_id = int(request.path_params["world_id"])
     episode_id, action = data.get("episode_id"), data.get("action")
@@ -341,6 +354,8 @@ async def step(request: Request) -> JSONResponse:
         tools = await _db(_episode_tools)(token, episode_id, world_id)
         answer = await _tool_call(token, episode_id, action, tools, world_id, check_token=False)
         return JSONResponse(answer)
+    if kind == openenv_actions.TOOL_CALL:
+        _check_plain_call(action, await _db(_episode_tools)(token, episode_id, world_id))
     result = await _step(token, episode_id, action, world_id, check_token=False)
     return JSONResponse(_payload(result))
 
@@ -518,6 +533,8 @@ class _Connection:
                 self.token, self.trajectory.pk, action, await self.episode_tools(),
                 self.world.pk, check_token=True,
             )  # fmt: skip
+        if kind == openenv_actions.TOOL_CALL:
+            _check_plain_call(action, await self.episode_tools())
         result = await _step(
             self.token, self.trajectory.pk, action, self.world.pk, check_token=True
         )

@@ -123,7 +123,18 @@ def _meta_of(params, ctx) -> dict[str, Any]:
     return {}
 
 
-server: Server = Server("agentworld-studio", on_list_tools=list_tools, on_call_tool=call_tool)
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agentworld-studio")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "0+unknown"
+
+
+server: Server = Server(
+    "agentworld-studio", version=_version(), on_list_tools=list_tools, on_call_tool=call_tool
+)
 
 
 class _State:

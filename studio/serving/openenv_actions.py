@@ -1,7 +1,10 @@
 """The action shapes an OpenEnv client sends a world, told apart before anything runs:
 
-- a free-form action, `{"action": "ls"}` (or `{"text": ...}`, `{"command": ...}`), and a
-  tool call `{"name": tool, "arguments": {...}}`: a step (`studio.serving.steps.run_step`);
+- a free-form action, `{"action": "ls"}` (or `{"text": ...}`, `{"command": ...}`): a step
+  (`studio.serving.steps.run_step`);
+- a tool call `{"name": tool, "arguments": {...}}` (exactly those keys, `arguments`
+  optional): a step once it passes the tool's JSON Schema, as `call_tool`'s does; one that
+  does not is refused (EpisodeInvalid, 422) before any model is asked or anything written;
 - openenv-core's `MCPToolClient` actions: `{"type": "list_tools"}` answers the world's tools
   (no step, no model, nothing recorded) and `{"type": "call_tool", "tool_name", "arguments"}`
   is one step once its arguments pass the tool's JSON Schema; a call that does not is
@@ -19,18 +22,33 @@ from studio.services.episodes import EpisodeInvalid, StepResult
 
 LIST_TOOLS = "list_tools"
 CALL_TOOL = "call_tool"
+TOOL_CALL = "tool_call"  # the plain form, {"name", "arguments"?}
 STEP = "step"
+
+_TOOL_CALL_KEYS = ({"name"}, {"name", "arguments"})
 
 
 def kind_of(action: Any) -> str:
-    """Which of the three an action is (anything else is a step, checked by the step)."""
+    """Which of the four an action is (anything else is a step, checked by the step)."""
     if isinstance(action, dict):
         kind = action.get("type")
         if kind == LIST_TOOLS:
             return LIST_TOOLS
         if kind == CALL_TOOL and "tool_name" in action:
             return CALL_TOOL
+        if is_tool_call(action):
+            return TOOL_CALL
     return STEP
+
+
+def is_tool_call(action: dict[str, Any]) -> bool:
+    """`{"name": text, "arguments"?: object}` and no other key: a call of a world's tool
+    (free-form actions, `{"action": ...}`, are never checked against the tools)."""
+    return (
+        action.keys() in _TOOL_CALL_KEYS
+        and isinstance(action["name"], str)
+        and (action.get("arguments") is None or isinstance(action["arguments"], dict))
+    )
 
 
 def tool_objects(tools: Any) -> list[dict[str, Any]]:

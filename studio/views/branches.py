@@ -85,8 +85,10 @@ def branch_tree(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
     trajectory, membership = get_trajectory_for_user(request, trajectory_id)
     current_id = _current_branch_id(request)
     every = tree_nodes(trajectory)
-    name_tree_models(every)
-    models = model_filter_choices(every, colour_map(models_of_trajectory(trajectory.pk)))
+    episode = trajectory.source_format == "episode"  # its served steps name models too
+    name_tree_models(every, episode=episode)
+    colours = colour_map(models_of_trajectory(trajectory.pk, episode=episode))
+    models = model_filter_choices(every, colours)
     shown, model_filter = filter_nodes_by_model(every, request.GET.get("model", ""), models)
     standalone = not request.htmx
     if current_id is None and not standalone:
@@ -142,7 +144,8 @@ def branch_compare(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse
     form = CompareForm(request.GET if asked else None, branches=branches)
     # every column names its model, in the colours of the tree (one query for the jobs)
     identities = identities_of_jobs(b.job_id for b in branches)
-    colours = colour_map(models_of_trajectory(trajectory.pk))
+    episode = trajectory.source_format == "episode"  # its served steps name models too
+    colours = colour_map(models_of_trajectory(trajectory.pk, episode=episode))
     models = compare_models(branches, identities, colours)
     by_model = model_filter(request.GET.get("model", ""), models)
     keep = None

@@ -28,7 +28,9 @@ from studio.services.model_identity import (
     ModelIdentity,
     identities_of_jobs,
     identity_of_job,
+    identity_of_step,
     job_of_step,
+    models_of_episode_branches,
 )
 from studio.tasks import enqueue_judging
 
@@ -43,20 +45,30 @@ def _get_judge_job_for_user(
 
 def _with_world_models(jobs: list[JudgeJob]) -> list[JudgeJob]:
     """Each judge job's `world_model`: the model whose futures it judges, where one model
-    made them all (a fork: its job's; a branch: the job that made it), else None (a queue
-    or an arena mixes models: its page names the model of each judged step)."""
+    made them all (a fork: its job's; a branch: the job that made it, or for an episode's
+    branch of no job the served model its steps name), else None (a queue or an arena mixes
+    models, as may an episode's branch: `mixed_models`; its page names each step's model)."""
     branch_jobs = dict(
         Branch.objects.filter(pk__in={j.branch_id for j in jobs if j.branch_id}).values_list(
             "pk", "job_id"
         )
     )
     identities = identities_of_jobs(branch_jobs.values())
+    # a branch of no job may be an episode's, its steps written by a served model (no job)
+    served = models_of_episode_branches(
+        j.branch_id for j in jobs if j.branch_id and not branch_jobs.get(j.branch_id)
+    )
     for job in jobs:
+        job.mixed_models = False  # type: ignore[attr-defined]
         if job.fork is not None:
             job.world_model = identity_of_job(job.fork)  # type: ignore[attr-defined]
         elif job.branch_id is not None:
             sim = branch_jobs.get(job.branch_id)
             job.world_model = identities.get(sim) if sim else None  # type: ignore[attr-defined]
+            models = served.get(job.branch_id, [])
+            if not sim and len(models) == 1:
+                job.world_model = models[0]  # type: ignore[attr-defined]
+            job.mixed_models = not sim and len(models) > 1  # type: ignore[attr-defined]
         else:
             job.world_model = None  # type: ignore[attr-defined]
     return jobs
@@ -135,12 +147,11 @@ def _job_context(job: JudgeJob, membership: Membership, blindness: Blindness) ->
     )
     # The world model that wrote each judged step, beside the judge that scored it.
     branch_jobs = {j.step.branch_id: j.step.branch.job_id for j in judgements}
-    step_jobs = {j.pk: job_of_step(j.step, branch_jobs) for j in judgements}
-    identities = identities_of_jobs(step_jobs.values())
+    identities = identities_of_jobs(job_of_step(j.step, branch_jobs) for j in judgements)
     world_models: dict[str, ModelIdentity] = {}
     for j in judgements:
-        sim = step_jobs[j.pk]
-        j.world_model = identities.get(sim) if sim is not None else None  # type: ignore[attr-defined]
+        # its job's model, else (a served episode step, no job) the one its meta records
+        j.world_model = identity_of_step(j.step, branch_jobs, identities)  # type: ignore[attr-defined]
         if j.world_model is not None:  # type: ignore[attr-defined]
             world_models.setdefault(j.world_model.model_key, j.world_model)  # type: ignore[attr-defined]
     colours = colour_map(world_models.values())

@@ -26,10 +26,16 @@ from django.utils.html import format_html
 from studio.access import get_branch_for_user, get_step_for_user, get_trajectory_for_user
 from studio.http import HtmxHttpRequest, streaming_response
 from studio.models import Branch, BranchOrigin, Step, Trajectory
+from studio.presenters.episode_rewards import annotate_steps, episode_summary
 from studio.presenters.model_colours import colour_map
 from studio.rendering import render_observation
 from studio.services.exports import export_chunks
-from studio.services.model_identity import identities_of_jobs, job_of_step, models_of_trajectory
+from studio.services.model_identity import (
+    identities_of_jobs,
+    identity_of_step,
+    job_of_step,
+    models_of_trajectory,
+)
 
 STEPS_PER_PAGE = 25
 PREVIEW_CHARS = 32_000
@@ -107,16 +113,18 @@ def _name_models(
         branch_jobs = dict(Branch.objects.filter(pk__in=lineage_ids).values_list("pk", "job_id"))
     else:
         branch_jobs = {b.pk: b.job_id for b in branches}
-    step_jobs = {step.pk: job_of_step(step, branch_jobs) for step in steps}
-    identities = identities_of_jobs([*step_jobs.values(), *branch_jobs.values(), branch.job_id])
+    step_jobs = [job_of_step(step, branch_jobs) for step in steps]
+    identities = identities_of_jobs([*step_jobs, *branch_jobs.values(), branch.job_id])
     for step in steps:
-        job_id = step_jobs[step.pk]
-        step.identity = identities.get(job_id) if job_id is not None else None  # type: ignore[attr-defined]
+        # its job's model, else (a served episode step, no job) the one its meta records
+        step.identity = identity_of_step(step, branch_jobs, identities)  # type: ignore[attr-defined]
     for b in branches or ():
         b.identity = identities.get(b.job_id) if b.job_id else None  # type: ignore[attr-defined]
     return {
         "branch_identity": identities.get(branch.job_id) if branch.job_id else None,
-        "model_colours": colour_map(models_of_trajectory(trajectory.pk)),
+        "model_colours": colour_map(
+            models_of_trajectory(trajectory.pk, episode=trajectory.source_format == "episode")
+        ),
     }
 
 
@@ -126,6 +134,7 @@ def _window_context(
     size = steps_per_window()
     rows = list(step_window(branch, start, size))
     steps = rows[:size]
+    annotate_steps(steps, trajectory)  # an episode's rewards, rubric, state per step
     return {
         **_name_models(trajectory, branch, steps, branches),
         "trajectory": trajectory,
@@ -159,6 +168,7 @@ def trajectory_page(request: HtmxHttpRequest, trajectory_id: int) -> HttpRespons
         "total_steps": total,
         "jump": jump,
         "tags": list(trajectory.tags.all()),
+        "episode_summary": episode_summary(trajectory),
         # the side list names the model of each future too (`_name_models`)
         **_window_context(trajectory, branch, start, branches),
     }
