@@ -147,7 +147,11 @@ def test_a_plain_tool_call_over_the_websocket_is_checked_before_any_model_or_wri
     assert "'nope'" in unknown["data"]["message"]
     assert schema["type"] == "error" and schema["data"]["code"] == "VALIDATION_ERROR"
     assert "'list_events'" in schema["data"]["message"] and "'date'" in schema["data"]["message"]
-    assert valid["type"] == "observation" and set(valid["data"]) == {"observation", "reward", "done"}
+    assert valid["type"] == "observation" and set(valid["data"]) == {
+        "observation",
+        "reward",
+        "done",
+    }
     assert valid["data"]["observation"]["step"] == 1
     assert state["data"]["step_count"] == 1 and model_calls == 1
     assert [json.loads(s.action) for s in _steps()] == [VALID]

@@ -147,7 +147,7 @@ def test_plain_http_episode_is_recorded_live(served, episode_worker, client, pro
     status, state = http("GET", f"{url}/state?episode_id={episode}")
     assert state["step_count"] == 2 and state["world"]["version"] == 1
     status, missing = http("POST", f"{url}/step", {"action": {"action": "ls"}})
-    assert status == 400 and "episode_id is required" in missing["detail"]
+    assert status == 422 and "episode_id is required" in missing["detail"]
 
 
 @pytest.mark.django_db(transaction=True)

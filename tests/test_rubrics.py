@@ -397,10 +397,11 @@ def test_a_typed_task_is_scored_only_by_the_world_checks_that_apply_to_any_task(
     task = plan_of(W.parse_world(world()), {"task_id": "refund-order", "seed": 1})
     assert [c.name for c in task.rubric.episode] == ["refunded", "said"]
     # nothing applies: no rubric, no reward (None, not 0)
-    only_task_checks = world(
-        rubric={"step": [], "episode": [{"name": "said", "kind": "contains", "target": "final_answer"},
-                                        {"name": "judge", "kind": "judge"}]},  # fmt: skip
-    )
+    needs_a_task = [
+        {"name": "said", "kind": "contains", "target": "final_answer"},
+        {"name": "judge", "kind": "judge"},
+    ]
+    only_task_checks = world(rubric={"step": [], "episode": needs_a_task})
     bare = plan_of(W.parse_world(only_task_checks), {"task_id": "", "seed": 1}, instruction="x")
     assert not bare.rubric and not bare.rewarded
     submit = verdict_of(bare, 0, "", None, final_answer="anything")

@@ -140,7 +140,11 @@ class TaskForm(forms.Form):
         help_text="The final answer; exact and contains checks without a pattern compare with it.",
     )
     max_steps = forms.IntegerField(
-        required=False, min_value=1, max_value=worlding.MAX_TASK_STEPS, label="Max steps"
+        required=False,
+        min_value=1,
+        max_value=worlding.MAX_TASK_STEPS,
+        label="Max steps",
+        help_text="The episode's limit when reset gives none (a max_steps given to reset wins).",
     )
     rubric = forms.CharField(
         required=False,

@@ -117,7 +117,9 @@ def check_tool_call(tools: Any, name: Any, arguments: Any) -> dict[str, Any]:
 
 
 def _schema_key(schema: Any) -> str:
-    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    # keys in the schema's own order: a validator reports errors in its keywords' order,
+    # and the first one is what the agent is told
+    return json.dumps(schema, separators=(",", ":"))
 
 
 @functools.lru_cache(maxsize=1024)

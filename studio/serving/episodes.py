@@ -298,7 +298,7 @@ async def _tool_call(token, episode_id: Any, action: Any, tools, world_id: int, 
     return openenv_actions.call_payload(name, result)
 
 
-def _check_plain_call(action: dict[str, Any], tools) -> None:
+def _check_plain_call(action: Any, tools) -> None:
     """A plain tool call `{"name", "arguments"?}`: refused (EpisodeInvalid, 422 / a
     WebSocket error, naming the tool and the argument) unless it calls one of the episode's
     tools as its schema says, before any model sees it or anything is written; a valid one
