@@ -104,22 +104,28 @@ def check_tool_call(tools: Any, name: Any, arguments: Any) -> dict[str, Any]:
         raise EpisodeInvalid(f"unknown tool {name!r}: this world's tools are {listed}")
     schema = known[name].get("parameters") or {"type": "object"}
     try:
-        error = next(iter(_validator(_schema_key(schema)).iter_errors(arguments)), None)
+        errors = list(_validator(_schema_key(schema)).iter_errors(arguments))
     except SchemaError:  # a world's schemas are checked when saved; never the agent's fault
         return arguments
-    if error is not None:
+    if errors:
+        # the same problem named first whatever order the schema's keys were stored in
+        # (PostgreSQL's jsonb sorts them): the shallowest, a missing argument before others
+        errors.sort(
+            key=lambda e: (len(e.absolute_path), e.validator != "required", str(e.message))
+        )
+        error = errors[0]
         path = ".".join(str(p) for p in error.absolute_path)
         at = f" at {path!r}" if path else ""
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise EpisodeInvalid(
-            f"the arguments of tool {name!r} break its schema{at}: {error.message}"
+            f"the arguments of tool {name!r} break its schema{at}: {error.message}{more}"
         )
     return arguments
 
 
 def _schema_key(schema: Any) -> str:
-    # keys in the schema's own order: a validator reports errors in its keywords' order,
-    # and the first one is what the agent is told
-    return json.dumps(schema, separators=(",", ":"))
+    # the validator of one schema, however its keys are ordered
+    return json.dumps(schema, separators=(",", ":"), sort_keys=True)
 
 
 @functools.lru_cache(maxsize=1024)
