@@ -110,9 +110,7 @@ def check_tool_call(tools: Any, name: Any, arguments: Any) -> dict[str, Any]:
     if errors:
         # the same problem named first whatever order the schema's keys were stored in
         # (PostgreSQL's jsonb sorts them): the shallowest, a missing argument before others
-        errors.sort(
-            key=lambda e: (len(e.absolute_path), e.validator != "required", str(e.message))
-        )
+        errors.sort(key=lambda e: (len(e.absolute_path), e.validator != "required", str(e.message)))
         error = errors[0]
         path = ".".join(str(p) for p in error.absolute_path)
         at = f" at {path!r}" if path else ""
