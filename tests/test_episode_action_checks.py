@@ -61,19 +61,27 @@ def _steps() -> list[Step]:
     return list(Step.objects.order_by("index"))
 
 
-def test_only_the_plain_form_with_exactly_its_keys_is_a_tool_call():
+def test_every_shape_the_studio_reads_as_a_call_is_a_tool_call():
     kind = openenv_actions.kind_of
     assert kind(VALID) == kind(NO_ARGUMENTS) == kind(UNKNOWN) == openenv_actions.TOOL_CALL
-    assert kind({"name": "x", "arguments": None}) == openenv_actions.TOOL_CALL
-    for free_form in (
-        {"action": "ls"},
-        {"text": "hello"},
-        {"name": "x", "arguments": {}, "note": "more keys: not the form"},
-        {"name": 3, "arguments": {}},
-        {"name": "x", "arguments": "{}"},
+    for call in (
+        {"name": "x", "arguments": None},
+        {"name": "x", "arguments": "{}"},  # OpenAI's own: arguments as JSON text
+        {"name": "x", "arguments": {}, "id": "call_1"},
+        {"type": "function", "function": {"name": "x", "arguments": "{}"}},
+        {"tool_name": "x", "arguments": {}},
+        '{"name": "x", "arguments": {}}',  # the call as text
     ):
+        assert kind(call) == openenv_actions.TOOL_CALL, call
+    for free_form in ({"action": "ls"}, {"text": "hello"}, {"name": 3, "arguments": {}}, "ls"):
         assert kind(free_form) == openenv_actions.STEP, free_form
     assert kind({"type": "call_tool", "tool_name": "x"}) == openenv_actions.CALL_TOOL
+    # a call sent inside {"action": ...} is that call; a free-form action stays as it is
+    assert openenv_actions.unwrapped({"action": UNKNOWN}) == UNKNOWN
+    assert openenv_actions.unwrapped({"action": "ls"}) == {"action": "ls"}
+    assert openenv_actions.plain_call_of({"name": "x", "arguments": '{"a": 1}'}) == ("x", {"a": 1})
+    with pytest.raises(episodes.EpisodeInvalid, match="'x' are neither an object"):
+        openenv_actions.plain_call_of({"name": "x", "arguments": "not json"})
 
 
 def test_a_tools_validator_is_made_once_per_schema():
@@ -99,7 +107,13 @@ def test_a_plain_tool_call_over_http_is_checked_before_any_model_or_write(projec
             return request("POST", f"{url}/step", {"episode_id": episode, "action": action})
 
         refused = {name: step(a) for name, a in (
-            ("unknown", UNKNOWN), ("schema", BREAKS_SCHEMA), ("missing", NO_ARGUMENTS)
+            ("unknown", UNKNOWN), ("schema", BREAKS_SCHEMA), ("missing", NO_ARGUMENTS),
+            ("text arguments", {"name": "nope", "arguments": "{}"}),
+            ("with an id", {"name": "nope", "arguments": {}, "id": "call_1"}),
+            ("openai entry", {"type": "function", "function": {"name": "nope", "arguments": "{}"}}),
+            ("as text", '{"name": "nope", "arguments": {}}'),
+            ("bad text arguments", {"name": "list_events", "arguments": "x"}),
+            ("wrapped", {"action": UNKNOWN}),
         )}  # fmt: skip
         model_calls_refused = len(served["srv"].requests)
         steps_refused = len(_steps())

@@ -134,7 +134,7 @@ def test_an_ended_episode_shows_its_end_reward_total_and_rubric_as_recorded(
     assert shown["episode-total"] == "Total (return) 1.25"
     # the episode rubric: each check's score, a judge that gave none says so (not 0)
     assert shown["episode-breakdown"] == (
-        "Episode rubric check Score answer-exact 1.0 judge-helpful no score"
+        "Check at the end Score answer-exact 1.0 judge-helpful no score"
     )
     assert shown["episode-errors"] == f"judge-helpful: {JUDGE_ERROR}"
     assert "&lt;timeout&gt;" in html and "<timeout>" not in html

@@ -833,8 +833,7 @@ async def _submit(
 
     verdict = rewards.verdict_of(served.plan, index, "", None, final_answer=final_answer)
     meta: dict[str, Any] = {
-        "model_call": False,
-        **_model_meta(served),  # the world model its episode played against (not asked here)
+        "model_call": False,  # no world model said anything here: none is named
         "world": served.world,
         **verdict.step_meta,
     }

@@ -299,11 +299,12 @@ async def _tool_call(token, episode_id: Any, action: Any, tools, world_id: int, 
 
 
 def _check_plain_call(action: Any, tools) -> None:
-    """A plain tool call `{"name", "arguments"?}`: refused (EpisodeInvalid, 422 / a
-    WebSocket error, naming the tool and the argument) unless it calls one of the episode's
-    tools as its schema says, before any model sees it or anything is written; a valid one
-    is a step as it was sent."""
-    check_tool_call(tools, action["name"], action.get("arguments"))
+    """A tool call in any shape but OpenEnv's call_tool (`openenv_actions.is_tool_call`):
+    refused (EpisodeInvalid, 422 / a WebSocket error, naming the tool and the argument)
+    unless it calls one of the episode's tools as its schema says, before any model sees it
+    or anything is written; a valid one is a step as it was sent."""
+    name, arguments = openenv_actions.plain_call_of(action)
+    check_tool_call(tools, name, arguments)
 
 
 # ---- HTTP -----------------------------------------------------------------------------------
@@ -342,7 +343,7 @@ async def step(request: Request) -> JSONResponse:
         raise Unauthorized(NO_TOKEN)
     data = await _body(request)
     world_id = int(request.path_params["world_id"])
-    episode_id, action = data.get("episode_id"), data.get("action")
+    episode_id, action = data.get("episode_id"), openenv_actions.unwrapped(data.get("action"))
     kind = openenv_actions.kind_of(action)
     if kind == openenv_actions.LIST_TOOLS:  # answered, never a step
         if episode_id not in (None, ""):
@@ -519,6 +520,7 @@ class _Connection:
         )
 
     async def step(self, action: dict) -> dict[str, Any]:
+        action = openenv_actions.unwrapped(action)
         kind = openenv_actions.kind_of(action)
         if kind == openenv_actions.LIST_TOOLS:  # answered, never a step
             if not await _db(still_active)(self.token):

@@ -25,8 +25,6 @@ CALL_TOOL = "call_tool"
 TOOL_CALL = "tool_call"  # the plain form, {"name", "arguments"?}
 STEP = "step"
 
-_TOOL_CALL_KEYS = ({"name"}, {"name", "arguments"})
-
 
 def kind_of(action: Any) -> str:
     """Which of the four an action is (anything else is a step, checked by the step)."""
@@ -36,19 +34,54 @@ def kind_of(action: Any) -> str:
             return LIST_TOOLS
         if kind == CALL_TOOL and "tool_name" in action:
             return CALL_TOOL
-        if is_tool_call(action):
-            return TOOL_CALL
+    if is_tool_call(action):
+        return TOOL_CALL
     return STEP
 
 
-def is_tool_call(action: dict[str, Any]) -> bool:
-    """`{"name": text, "arguments"?: object}` and no other key: a call of a world's tool
-    (free-form actions, `{"action": ...}`, are never checked against the tools)."""
-    return (
-        action.keys() in _TOOL_CALL_KEYS
-        and isinstance(action["name"], str)
-        and (action.get("arguments") is None or isinstance(action["arguments"], dict))
-    )
+def is_tool_call(action: Any) -> bool:
+    """Whether `action` calls a tool in any shape the studio reads as a call (the rubric's
+    submit detection and the trajectory page read the same, `inference.rubrics.tool_call_of`):
+    {"name", "arguments"} with arguments as an object or JSON text (OpenAI, MCP), extra keys
+    such as an id, {"tool_name", ...}, an OpenAI {"type": "function", "function": {...}}
+    entry, or any of these as JSON text. Such a call is checked against the world's tools
+    before any model sees it; free-form actions ({"action": "ls"}) never are."""
+    from inference.rubrics import tool_call_of
+
+    return tool_call_of(action) is not None
+
+
+def plain_call_of(action: Any) -> tuple[str, Any]:
+    """(tool name, arguments as sent) of a tool call (`is_tool_call`): arguments given as
+    JSON text are read, and text that is not JSON is refused naming the tool."""
+    from inference.rubrics import _ARGUMENT_KEYS, tool_call_of
+
+    parsed = tool_call_of(action)
+    assert parsed is not None
+    name = parsed[0]
+    if isinstance(action, str):
+        action = json.loads(action)
+    if isinstance(action.get("function"), dict):
+        action = action["function"]
+    raw = next((action[k] for k in _ARGUMENT_KEYS if k in action), None)
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except (json.JSONDecodeError, RecursionError):
+            raise EpisodeInvalid(
+                f"the arguments of tool {name!r} are neither an object nor its JSON text"
+            ) from None
+    return name, raw
+
+
+def unwrapped(action: Any) -> Any:
+    """A tool call sent inside {"action": ...} (the HTTP body's key reused in a WebSocket
+    message) is that call."""
+    if isinstance(action, dict) and len(action) == 1 and "action" in action:
+        inner = action["action"]
+        if not isinstance(inner, str) and is_tool_call(inner):
+            return inner
+    return action
 
 
 def tool_objects(tools: Any) -> list[dict[str, Any]]:
