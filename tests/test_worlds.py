@@ -375,3 +375,12 @@ def test_world_wording_says_each_thing_once(researcher_client, project):
         page = researcher_client.get(url).content.decode()
         for garbled in ("On in", "in the world in world", "in world in", "world world"):
             assert garbled not in page, (url, garbled)
+
+
+def test_a_long_task_makes_a_title_cut_at_a_word_with_an_ellipsis():
+    from studio.services.worlds import _first_line
+
+    task = "Free at least 10G on /var without deleting the nightly dumps and tell me what\nmore"
+    title = _first_line(task + " you removed", 60)
+    assert title == "Free at least 10G on /var without deleting the nightly…"
+    assert _first_line("A short one\nsecond line", 60) == "A short one"

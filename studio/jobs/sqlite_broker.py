@@ -89,7 +89,14 @@ class Channel(kombu_sqla.Channel):
 
     def _open(self) -> Any:
         created = self.connection.client.hostname not in self._engines
-        opened = super()._open()
+        try:
+            opened = super()._open()
+        except Exception as exc:  # noqa: BLE001 - only the one race below is retried
+            # workers started together (dev.sh starts three) race to create the broker's
+            # tables: the loser's CREATE fails with "already exists"; the tables are there
+            if "already exists" not in str(exc):
+                raise
+            opened = super()._open()
         if created:
             self._delete_orphans(opened[0])
         return opened

@@ -79,7 +79,7 @@ def start_trajectory(
         trajectory = Trajectory.objects.create(
             project=world.project,
             domain=spec.domain,
-            title=f"{spec.name}: {task_instruction.splitlines()[0][:80]}",
+            title=f"{spec.name}: {_first_line(task_instruction, 80)}",
             task_instruction=task_instruction,
             system_prompt=composed.system_prompt,
             tools=[t["function"] for t in spec.tools],
@@ -116,3 +116,15 @@ def deletion_summary(world: World) -> dict:
         "trajectory_rows": list(started.order_by("-created_at").only("id", "title")[:20]),
         "jobs": SimulationJob.objects.filter(world_version__world=world).count(),
     }
+
+
+def _first_line(text: str, limit: int) -> str:
+    """The text's first line as a title: cut at a word with an ellipsis when it is longer
+    (a title cut mid-word reads as a typo)."""
+    line = " ".join(text.splitlines()[0].split()) if text.strip() else ""
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 1]
+    if " " in cut[limit // 2 :]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,.;:") + "…"
