@@ -17,8 +17,6 @@ from typing import Any
 
 from studio.services.episodes import EpisodeInvalid
 
-MAX_DEPTH_NOTE = "the JSON is nested too deeply"
-
 
 def _bad_text(value: str) -> str | None:
     """Why `value` cannot be stored, or None."""
@@ -58,32 +56,6 @@ def _first_bad(value: Any, where: str) -> str | None:
         elif isinstance(item, list):
             stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
     return None
-
-
-def parse_json_object(raw: bytes | str, where: str = "the body") -> dict[str, Any]:
-    """A JSON object from the wire, its text checked (`clean_text`). Empty means {}."""
-    if isinstance(raw, bytes):
-        if not raw.strip():
-            return {}
-        try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise EpisodeInvalid(
-                f"{where} is not UTF-8 (invalid byte at offset {exc.start})"
-            ) from None
-    if not raw.strip():
-        return {}
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise EpisodeInvalid(
-            f"{where} is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
-    except RecursionError:
-        raise EpisodeInvalid(f"{where}: {MAX_DEPTH_NOTE}") from None
-    if not isinstance(data, dict):
-        raise EpisodeInvalid(f"{where} must be a JSON object, got {type(data).__name__}")
-    return clean_text(data, where)
 
 
 def check_tool_call(tools: Any, name: Any, arguments: Any) -> dict[str, Any]:
