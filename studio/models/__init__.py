@@ -8,6 +8,7 @@ from studio.models.annotations import (
     Verdict,
 )
 from studio.models.arena import ArenaPair, ArenaRun, PairWinner
+from studio.models.campaigns import Campaign, CampaignEpisode, CampaignSource, SlotStatus
 from studio.models.datasets import Dataset, DatasetItem, DatasetVersion, ExportJob
 from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
 from studio.models.evaluations import EvaluationRun, EvaluationSample, SampleStage
@@ -39,6 +40,10 @@ __all__ = [
     "TokenRateWindow",
     "ArenaPair",
     "ArenaRun",
+    "Campaign",
+    "CampaignEpisode",
+    "CampaignSource",
+    "SlotStatus",
     "DOMAINS",
     "Dataset",
     "DatasetItem",

@@ -46,6 +46,10 @@ class ModelEndpoint(models.Model):
     supports_n = models.BooleanField(
         default=True, help_text="The server samples N choices of one prompt in one request."
     )
+    # What the provider charges, in US dollars per million tokens (blank: not known, and
+    # pages say "no price set" rather than a cost of 0).
+    price_in_per_mtok = models.FloatField(null=True, blank=True)
+    price_out_per_mtok = models.FloatField(null=True, blank=True)
     is_default = models.BooleanField(default=False)  # the first choice for its role
     seeded_from_env = models.BooleanField(default=False)
     created_by = models.ForeignKey(

@@ -17,6 +17,7 @@ class JudgeTarget(models.TextChoices):
     FORK = "fork", "a fork's futures"
     QUEUE = "queue", "an annotation queue"
     ARENA = "arena", "an arena's futures"
+    CAMPAIGN = "campaign", "a campaign's episodes"
 
 
 class JudgeJob(JobBase):
@@ -36,6 +37,9 @@ class JudgeJob(JobBase):
     )
     arena = models.ForeignKey(
         "studio.ArenaRun", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    campaign = models.ForeignKey(
+        "studio.Campaign", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
     description = models.CharField(max_length=500)  # what it judges, in words
     # the judge as it was when the job was made (its endpoint may change or go)
