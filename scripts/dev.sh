@@ -82,6 +82,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The scripted demo agent and world (rules, not models: `manage.py demo_models`), so the
+# demo's campaigns and episodes run without weights; load_demo adds their endpoints.
+DEMO_MODELS_PORT=${STUDIO_DEMO_MODELS_PORT:-$((PORT + 100))}
+export STUDIO_DEMO_MODELS_URL="http://127.0.0.1:${DEMO_MODELS_PORT}/v1"
+
 $PY manage.py migrate --noinput -v 0
 $PY manage.py load_demo
 
@@ -126,6 +131,9 @@ supervise episodes "$DATA_DIR/worker-episodes.log" \
   $PY -m celery -A studio worker -Q episodes -P threads -c "${STUDIO_EPISODE_THREADS:-32}" \
   -l INFO -n "episodes@%h" &
 SUPERVISORS="$SUPERVISORS $!"
+supervise demo-models "$DATA_DIR/demo-models.log" \
+  $PY manage.py demo_models --port "$DEMO_MODELS_PORT" &
+SUPERVISORS="$SUPERVISORS $!"
 
 # The server runs in the background so that Ctrl-C or a TERM to this script stops both
 # processes. It is an ASGI server (uvicorn): the pages, and the episode API's WebSockets.
@@ -142,6 +150,9 @@ cat <<MSG
     annotator    reads and annotates
   Worker logs: $DATA_DIR/worker.log (default queue), $DATA_DIR/worker-gpu.log (gpu),
   $DATA_DIR/worker-episodes.log (episodes); a worker that exits is started again.
+  Scripted demo models (stand-ins for an agent and a world model, not models) at
+  $STUDIO_DEMO_MODELS_URL (log: $DATA_DIR/demo-models.log): the Demo project's
+  "Scripted demo agent" and "Scripted demo world" on the Models page.
   Stop with Ctrl-C.
   Shell commands, in another terminal, use the same database and broker (recorded in
   $RUNTIME while this runs):

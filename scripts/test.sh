@@ -18,8 +18,8 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 export DEBUG=${DEBUG:-1}
-.venv/bin/ruff check studio inference tests
-.venv/bin/ruff format --check studio inference tests
+.venv/bin/ruff check studio inference tests examples
+.venv/bin/ruff format --check studio inference tests examples
 .venv/bin/mypy studio inference
 .venv/bin/lint-imports  # import contracts: see [tool.importlinter] in pyproject.toml
 .venv/bin/python -m pytest "$@"

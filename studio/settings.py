@@ -357,6 +357,11 @@ STUDIO_GPU_BATCH_MAX_ROWS = env_int("STUDIO_GPU_BATCH_MAX_ROWS", 16, minimum=1)
 # An episode that took no step this long after its reset is deleted by the sweeper (a reset
 # alone records nothing worth keeping; the library hides such episodes meanwhile).
 STUDIO_EMPTY_EPISODE_TTL_S = env_int("STUDIO_EMPTY_EPISODE_TTL_S", 3600, minimum=60)
+# Rollout campaigns (`studio.jobs.campaigns`): episodes one campaign plays at once (its
+# default, and the most it may ask for), and the most episodes one campaign may hold.
+STUDIO_CAMPAIGN_CONCURRENCY = env_int("STUDIO_CAMPAIGN_CONCURRENCY", 4, minimum=1)
+STUDIO_CAMPAIGN_MAX_CONCURRENCY = env_int("STUDIO_CAMPAIGN_MAX_CONCURRENCY", 16, minimum=1)
+STUDIO_CAMPAIGN_MAX_EPISODES = env_int("STUDIO_CAMPAIGN_MAX_EPISODES", 2000, minimum=1)
 
 # ---- World model ------------------------------------------------------------------------
 # Default backend for simulations when a request does not name one: the retrieval baseline

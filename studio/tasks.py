@@ -23,9 +23,10 @@ from django.db import transaction
 from django.utils import timezone
 
 # the names a job body sends its next message by (it never imports this module)
-from studio.jobs.dispatch import EVALUATION_TASK, JUDGE_TASK
+from studio.jobs.dispatch import CAMPAIGN_TASK, EPISODE_STEP_TASK, EVALUATION_TASK, JUDGE_TASK
 from studio.models import (
     ArenaRun,
+    Campaign,
     EvaluationRun,
     ExportJob,
     ImportJob,
@@ -50,7 +51,6 @@ JOB_TASK_OPTIONS = {
 }
 
 SIMULATION_TASK = "studio.run_simulation_job"
-EPISODE_STEP_TASK = "studio.run_episode_step"
 IMPORT_TASK = "studio.run_import_job"
 EXPORT_TASK = "studio.run_export_job"
 ARENA_TASK = "studio.advance_arena"
@@ -145,6 +145,18 @@ def advance_arena(self, arena_id: int) -> None:
         release_memory()
 
 
+@shared_task(name=CAMPAIGN_TASK, **JOB_TASK_OPTIONS)
+def run_campaign(self, campaign_id: int) -> None:
+    from studio.jobs.campaigns import run_campaign as body
+    from studio.jobs.runtime import drop_failed_connection
+
+    drop_failed_connection()
+    try:
+        body(campaign_id, self.request.id or "")
+    finally:
+        release_memory()
+
+
 def poke_arena_of(model: type[SimulationJob] | type[JudgeJob], job_id: int) -> None:
     """A simulation or judge job of an arena ended (or gave up): the arena looks at once
     instead of at its next check. Never raises: the job's own end is what matters."""
@@ -222,6 +234,8 @@ def _send(model: JobModel, pk: int, previous: str | None, countdown: float | Non
         task, queue = run_export_job, ExportJob.objects.values_list("queue", flat=True).get(pk=pk)
     elif model is ArenaRun:
         task, queue = advance_arena, ArenaRun.objects.values_list("queue", flat=True).get(pk=pk)
+    elif model is Campaign:
+        task, queue = run_campaign, Campaign.objects.values_list("queue", flat=True).get(pk=pk)
     else:
         task, queue = run_import_job, queue_name("default")
     try:
@@ -271,6 +285,11 @@ def recheck_arena(arena_id: int, previous: str, countdown: float) -> bool:
     """The arena's next look in `countdown` s, by the message that looked now (`previous`):
     only one chain of checks runs, the one the row names."""
     return _send(ArenaRun, arena_id, previous, countdown=countdown)
+
+
+def enqueue_campaign(campaign: Campaign) -> None:
+    """A new or resumed campaign: its message goes out once the transaction commits."""
+    transaction.on_commit(lambda: _send(Campaign, campaign.pk, None))
 
 
 def enqueue_export(job: ExportJob) -> None:

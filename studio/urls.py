@@ -23,6 +23,7 @@ urlpatterns = [
     path("", include("studio.views.endpoints")),
     path("", include("studio.views.perturbations")),
     path("", include("studio.views.worlds")),
+    path("", include("studio.views.world_episodes")),
     path("", include("studio.views.playground")),
     path("", include("studio.views.gallery")),
     path("", include("studio.views.tokens")),
@@ -34,4 +35,5 @@ urlpatterns = [
     path("", include("studio.views.judging")),
     path("", include("studio.views.arena")),
     path("", include("studio.views.datasets")),
+    path("", include("studio.views.campaigns")),
 ]

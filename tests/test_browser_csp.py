@@ -82,6 +82,7 @@ NOT_PAGES = {
     "queue_next": "a redirect to the next item's annotation page",
     "step_earlier": "htmx fragment: a long trajectory's earlier steps on an annotation page",
     "queue_annotators": "htmx fragment: a queue's annotator quality panel",
+    "trajectory_live": "htmx fragment: a running episode's new steps, polled by its page",
 }
 
 SKIP_PATH = re.compile(r"^/(logout/|admin/|static/|env/|mcp/)")
@@ -270,6 +271,29 @@ def demo_with_one_of_everything(tmp_path):
     for item in items:
         annotate(queue, admin, item.step, verdict="accept", ratings={"realism": 5})
         annotate(queue, users["researcher"], item.step, verdict="reject", ratings={"realism": 1})
+    from studio.services.campaigns import CampaignData, cancel_campaign, create_campaign
+
+    agent = save_endpoint(
+        demo,
+        EndpointData(
+            name="agent", role="agent", kind="openai", base_url="http://127.0.0.1:9/v1", model="am"
+        ),
+    ).endpoint
+    campaign = create_campaign(
+        demo,
+        admin,
+        CampaignData(
+            name="first campaign",
+            world=demo.worlds.exclude(versions=None).order_by("pk").first(),
+            source="typed",
+            tasks=({"id": "look", "instruction": "Look around."},),
+            agent=agent,
+            world_model=world,
+            episodes_per_task=1,
+            max_steps=2,
+        ),
+    )
+    cancel_campaign(campaign)  # finished at once: its page does not poll
     web_steps = QueueData(name="web steps", domain="web", limit=20)
     create_version(demo, admin, SelectionData(name="web steps", filter=web_steps))
     return demo, web, simulation, write_native_file(tmp_path / "two.json", title="Two", steps=2)

@@ -130,6 +130,14 @@ def expected_embedded(label: str, attname: str, row: dict, ids) -> object:
                 **value["episode"],
                 "branch": new("studio.branch", value["episode"]["branch"]),
             }
+            if "token_id" in value["episode"]:
+                out["episode"]["token_id"] = new("studio.apitoken", value["episode"]["token_id"])
+        if "campaign" in value:
+            out["campaign"] = {
+                **value["campaign"],
+                "id": new("studio.campaign", value["campaign"]["id"]),
+                "slot": new("studio.campaignepisode", value["campaign"]["slot"]),
+            }
         return out
     if (label, attname) == ("studio.step", "meta"):
         if row["provenance"] == "recorded" and row["observation_source"] == "recorded":
@@ -142,6 +150,15 @@ def expected_embedded(label: str, attname: str, row: dict, ids) -> object:
         return out
     if (label, attname) == ("studio.simulationjob", "params"):
         return {**value, "world": world(value["world"])} if "world" in value else value
+    if (label, attname) == ("studio.campaign", "world_label"):
+        return world(value)
+    if (label, attname) == ("studio.campaign", "tasks"):
+        return [
+            {**t, "trajectory": new("studio.trajectory", t["trajectory"])}
+            if "trajectory" in t
+            else t
+            for t in value
+        ]
     if (label, attname) == ("studio.evaluationsample", "key"):
         head, rest = value.split(":", 1)
         mapped = new("studio.trajectory", int(head))
@@ -155,6 +172,8 @@ EMBEDDED_FIELDS = {
     ("studio.step", "meta"),
     ("studio.simulationjob", "params"),
     ("studio.evaluationsample", "key"),
+    ("studio.campaign", "world_label"),
+    ("studio.campaign", "tasks"),
 }
 
 

@@ -75,8 +75,31 @@ def trajectory_metadata(value: Any, lookup: Lookup) -> Any:
         out["world"] = _world_label(out["world"], lookup)
     episode = out.get("episode")
     if isinstance(episode, dict) and "branch" in episode:
-        out["episode"] = {**episode, "branch": _id(lookup, "studio.branch", episode["branch"])}
+        episode = {**episode, "branch": _id(lookup, "studio.branch", episode["branch"])}
+        if "token_id" in episode:  # the token that played it (a training run, a campaign)
+            episode["token_id"] = _id(lookup, "studio.apitoken", episode["token_id"])
+        out["episode"] = episode
+    campaign = out.get("campaign")
+    if isinstance(campaign, dict):  # a campaign's episode: the campaign and its slot
+        campaign = dict(campaign)
+        if "id" in campaign:
+            campaign["id"] = _id(lookup, "studio.campaign", campaign["id"])
+        if "slot" in campaign:
+            campaign["slot"] = _id(lookup, "studio.campaignepisode", campaign["slot"])
+        out["campaign"] = campaign
     return out
+
+
+def campaign_tasks(value: Any, lookup: Lookup) -> Any:
+    """A campaign over recorded starting states names each task's trajectory."""
+    if not isinstance(value, list):
+        return value
+    return [
+        {**task, "trajectory": _id(lookup, "studio.trajectory", task["trajectory"])}
+        if isinstance(task, dict) and "trajectory" in task
+        else task
+        for task in value
+    ]
 
 
 def step_meta(value: Any, lookup: Lookup) -> Any:
@@ -113,7 +136,13 @@ def sample_key(value: Any, lookup: Lookup) -> Any:
 EMBEDDED: dict[tuple[str, str], Embedded] = {
     ("studio.branch", "lineage"): Embedded(("studio.branch",), branch_lineage),
     ("studio.trajectory", "metadata"): Embedded(
-        ("studio.world", "studio.branch"),
+        (
+            "studio.world",
+            "studio.branch",
+            "studio.apitoken",
+            "studio.campaign",
+            "studio.campaignepisode",
+        ),
         trajectory_metadata,
         _made_in_a_world,
         ("source_format",),
@@ -125,5 +154,7 @@ EMBEDDED: dict[tuple[str, str], Embedded] = {
         ("provenance", "observation_source"),
     ),
     ("studio.simulationjob", "params"): Embedded(("studio.world",), job_params),
+    ("studio.campaign", "world_label"): Embedded(("studio.world",), _world_label),
+    ("studio.campaign", "tasks"): Embedded(("studio.trajectory",), campaign_tasks),
     ("studio.evaluationsample", "key"): Embedded(("studio.trajectory",), sample_key),
 }

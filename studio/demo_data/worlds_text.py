@@ -1289,6 +1289,10 @@ CALENDAR_WORLD = {
         "(working hours 09:00-18:00); a deploy window takes 09:30-10:30.",
         "The 1:1 Alex / Jonas (evt_1b0c) on Thursday is at 17:30, organised by "
         "jonas.berg@northwind.dev.",
+        "The sync meets in Room Kepler, with the video link meet.northwind.dev/srs.",
+        "Friday 13 March also holds the deploy window (evt_55dd, 09:30-10:30, organised by "
+        "release-bot@northwind.dev) and the lunch & learn on learning-to-rank (evt_c410, "
+        "12:30-13:30, organised by lea.hoffmann@northwind.dev).",
     ],
     "tools": [*CAL_TOOLS, SUBMIT_TOOL],
     "state_keys": [
@@ -1328,6 +1332,57 @@ CALENDAR_WORLD = {
             ),
             "success_criteria": "The agent listed Thursday's events and answered 3.",
             "expected": "3",
+            "max_steps": 5,
+            "rubric": {
+                "step": [],
+                "episode": [
+                    {"name": "answer", "kind": "exact", "target": "final_answer", "weight": 1},
+                ],
+            },
+        },
+        {
+            "id": "one-on-one-organizer",
+            "instruction": (
+                "Who organises Alex's 1:1 on Thursday 12 March 2026? Submit the organiser's "
+                "email address."
+            ),
+            "success_criteria": (
+                "The agent found the 1:1 Alex / Jonas (evt_1b0c) and answered "
+                "jonas.berg@northwind.dev."
+            ),
+            "expected": "jonas.berg@northwind.dev",
+            "max_steps": 5,
+            "rubric": {
+                "step": [],
+                "episode": [
+                    {"name": "answer", "kind": "exact", "target": "final_answer", "weight": 1},
+                ],
+            },
+        },
+        {
+            "id": "sync-room",
+            "instruction": (
+                "In which meeting room does the 'Search relevance sync' take place? Submit "
+                "the room's name."
+            ),
+            "success_criteria": "The agent read the sync's details and answered Room Kepler.",
+            "expected": "Room Kepler",
+            "max_steps": 6,
+            "rubric": {
+                "step": [],
+                "episode": [
+                    {"name": "answer", "kind": "contains", "target": "final_answer", "weight": 1},
+                ],
+            },
+        },
+        {
+            "id": "deploy-window",
+            "instruction": (
+                "When does the deploy window on Friday 13 March 2026 start? Submit the start "
+                "time (HH:MM, Berlin time)."
+            ),
+            "success_criteria": "The agent listed Friday's events and answered 09:30.",
+            "expected": "09:30",
             "max_steps": 5,
             "rubric": {
                 "step": [],

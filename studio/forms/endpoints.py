@@ -3,6 +3,7 @@ field is write-only: left blank it keeps the stored key."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -13,6 +14,7 @@ from studio.models import EndpointKind, EndpointRole, ModelEndpoint
 from studio.services.endpoints import CHAT_ONLY_ROLES, EndpointData, env_key_refusal
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PRICE_MAX = 10_000.0  # USD per million tokens: above any provider's list price
 
 
 class EndpointForm(forms.Form):
@@ -55,6 +57,15 @@ class EndpointForm(forms.Form):
         label="Samples N choices in one request (n)",
         help_text="Off: the studio sends one request per future.",
     )
+    price_in_per_mtok = forms.FloatField(
+        required=False,
+        label="Price of input tokens (USD per 1M)",
+        help_text="What the provider charges; campaigns show their cost with it. Blank: "
+        "no price set (no cost is shown, rather than a cost of 0).",
+    )
+    price_out_per_mtok = forms.FloatField(
+        required=False, label="Price of output tokens (USD per 1M)"
+    )
 
     def __init__(self, *args, project, endpoint: ModelEndpoint | None = None, **kwargs):
         if endpoint is not None and "initial" not in kwargs:
@@ -72,6 +83,8 @@ class EndpointForm(forms.Form):
                     "max_tokens",
                     "context_length",
                     "supports_n",
+                    "price_in_per_mtok",
+                    "price_out_per_mtok",
                 )
             }
         super().__init__(*args, **kwargs)
@@ -134,6 +147,16 @@ class EndpointForm(forms.Form):
         self._check_range(data, "temperature", 0.0, limits.TEMPERATURE_MAX)
         self._check_range(data, "top_p", 0.0, 1.0, open_low=True)
         self._check_range(data, "max_tokens", 1, limits.MAX_TOKENS)
+        for name in ("price_in_per_mtok", "price_out_per_mtok"):
+            value = data.get(name)
+            if value is None:
+                continue
+            if not math.isfinite(value) or not 0 <= value <= PRICE_MAX:
+                self.add_error(
+                    name,
+                    f"{self.fields[name].label}: a price is from 0 to {PRICE_MAX:,.0f} dollars "
+                    f"per million tokens (got {value:g}).",
+                )
         return data
 
     def _check_range(self, data, name, low, high, *, open_low=False) -> None:
@@ -163,4 +186,6 @@ class EndpointForm(forms.Form):
             max_tokens=d.get("max_tokens"),
             context_length=d.get("context_length"),
             supports_n=bool(d.get("supports_n")),
+            price_in_per_mtok=d.get("price_in_per_mtok"),
+            price_out_per_mtok=d.get("price_out_per_mtok"),
         )

@@ -10,6 +10,7 @@ from django import forms
 from studio.models import (
     AnnotationQueue,
     Branch,
+    Campaign,
     EndpointRole,
     JudgeTarget,
     ModelEndpoint,
@@ -27,6 +28,7 @@ class JudgeForm(forms.Form):
     branch = forms.IntegerField(required=False, widget=forms.HiddenInput)
     fork = forms.IntegerField(required=False, widget=forms.HiddenInput)
     queue = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    campaign = forms.IntegerField(required=False, widget=forms.HiddenInput)
     temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.6)
     max_tokens = forms.IntegerField(min_value=1, max_value=262144, initial=32768)
     concurrency = forms.IntegerField(
@@ -52,9 +54,12 @@ class JudgeForm(forms.Form):
             ),
             JudgeTarget.FORK: (SimulationJob.objects, {"trajectory__project": self.project}),
             JudgeTarget.QUEUE: (AnnotationQueue.objects, {"project": self.project}),
+            JudgeTarget.CAMPAIGN: (Campaign.objects, {"project": self.project}),
         }
         if target in lookups:
-            key = {"branch": "branch", "fork": "fork", "queue": "queue"}[str(target)]
+            key = {"branch": "branch", "fork": "fork", "queue": "queue", "campaign": "campaign"}[
+                str(target)
+            ]
             rows, scope = lookups[str(target)]
             pk = c.get(key)
             found = rows.filter(pk=pk, **scope).first() if pk else None

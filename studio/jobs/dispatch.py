@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 EVALUATION_TASK = "studio.run_evaluation"
 JUDGE_TASK = "studio.run_judge_job"
+CAMPAIGN_TASK = "studio.run_campaign"
+EPISODE_STEP_TASK = "studio.run_episode_step"
 
 
 def send_again(model: Any, pk: int, previous: str, task_name: str) -> bool:

@@ -39,6 +39,7 @@ from django.utils import timezone
 from studio.models import (
     ArenaRun,
     Branch,
+    Campaign,
     EvaluationRun,
     ExportJob,
     ImportJob,
@@ -55,12 +56,21 @@ JobModel = (
     | type[JudgeJob]
     | type[ExportJob]
     | type[ArenaRun]
+    | type[Campaign]
 )
 
 
 def cancellable(model: JobModel) -> bool:
     """Jobs a user can stop while they run (they have cancel_requested and a phase)."""
-    return model in (SimulationJob, EvaluationRun, JudgeJob, ExportJob, ImportJob, ArenaRun)
+    return model in (
+        SimulationJob,
+        EvaluationRun,
+        JudgeJob,
+        ExportJob,
+        ImportJob,
+        ArenaRun,
+        Campaign,
+    )
 
 
 log = logging.getLogger(__name__)
@@ -201,6 +211,8 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
             "use Retry.",
             "start another arena at its step (its futures, scores and pairs are kept).",
         )
+    if model is Campaign:  # its button is Resume, and it keeps the episodes that ended
+        message = message.replace("use Retry.", "use Resume (its ended episodes are kept).")
     if model is ExportJob:  # no file was kept: a new export is the way on
         message = message.replace("use Retry.", "export the version again (no file was kept).")
     if reached_hard_limit(row):

@@ -42,6 +42,7 @@ from studio.jobs.runtime import (
 )
 from studio.models import (
     ArenaRun,
+    Campaign,
     EvaluationRun,
     ExportJob,
     ImportJob,
@@ -63,6 +64,7 @@ JOB_MODELS: tuple[JobModel, ...] = (
     JudgeJob,
     ExportJob,
     ArenaRun,
+    Campaign,
 )
 
 

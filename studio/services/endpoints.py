@@ -304,6 +304,9 @@ class EndpointData:
     max_tokens: int | None = None
     context_length: int | None = None
     supports_n: bool = True
+    # what the provider charges, US dollars per million tokens (None: not known)
+    price_in_per_mtok: float | None = None
+    price_out_per_mtok: float | None = None
 
 
 @dataclass(frozen=True)
@@ -343,6 +346,8 @@ def save_endpoint(
             "max_tokens",
             "context_length",
             "supports_n",
+            "price_in_per_mtok",
+            "price_out_per_mtok",
         ):
             setattr(endpoint, field, getattr(data, field))
         # one source of truth for the key: a typed key, else the variable, else what is stored

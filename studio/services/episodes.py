@@ -133,6 +133,9 @@ def reset(
     seed: Any = None,
     max_steps: Any = None,
     client: str = "",
+    task_spec: dict[str, Any] | None = None,
+    rate_limited: bool = True,
+    version: WorldVersion | None = None,
 ) -> tuple[Trajectory, StepResult]:
     """Start an episode in the world's latest version. The task: the world's task `task_id`
     (EpisodeNotFound when it has none of that id), else the `task` typed here, else one of
@@ -140,12 +143,20 @@ def reset(
     `seed` fixes the episode's sampling (drawn when not given; recorded either way);
     `max_steps`: this when given, else the task's own limit, else DEFAULT_MAX_STEPS. Types and
     sizes are checked (EpisodeInvalid 422, EpisodeTooLarge 413) before the reset is counted
-    against the token's rate (EpisodeBusy 429) and anything is written."""
+    against the token's rate (EpisodeBusy 429) and anything is written.
+
+    `task_spec`: a task of the caller's own, as a world's task is written ({"id",
+    "instruction", "expected"?, "success_criteria"?, "max_steps"?, "rubric"?}; a campaign's
+    typed or imported task): recorded on the episode, whose rewards then score it with its
+    own expected answer and rubric (`rewards.plan_of`). `rate_limited=False`: the reset is
+    not counted against the token's rate (a campaign's own token; outside agents always
+    are). `version`: play in this version of the world (a campaign's, fixed when it was
+    made), not its latest."""
     from inference import rubrics
     from studio.services import episode_limits
     from studio.services.episode_inputs import clean_text
 
-    version = world.latest
+    version = version if version is not None else world.latest
     if version is None:
         raise EpisodeNotFound(f"world {world.name!r} has no version yet")
     if max_steps in (None, ""):
@@ -174,6 +185,15 @@ def reset(
     task_id = task_id.strip()
     if len(task_id) > rubrics.MAX_NAME:
         raise EpisodeInvalid(f"task_id is longer than {rubrics.MAX_NAME} characters")
+    recorded_task: dict[str, Any] | None = None
+    if task_spec is not None:
+        try:
+            (parsed,) = rubrics.read_tasks([task_spec], "task_spec")
+        except (rubrics.RubricError, ValueError) as exc:
+            raise EpisodeInvalid(str(exc)) from None
+        recorded_task = parsed.to_file()
+        task, task_id = parsed.instruction, ""
+        episode_limits.check_task(task)
     if task_id and task.strip():
         raise EpisodeInvalid(
             "give task (an instruction of your own) or task_id (one of the world's tasks), not both"
@@ -195,8 +215,12 @@ def reset(
         chosen = rubrics.choose_task(spec.tasks, seed)
     instruction = chosen.instruction if chosen is not None else task.strip()
     # the caller's limit first (a trainer that asks for 3 steps gets 3), else the task's own
-    limit = max_steps or (chosen.max_steps if chosen is not None else None) or DEFAULT_MAX_STEPS
-    episode_limits.count(token.pk, "reset")
+    limit = max_steps or (chosen.max_steps if chosen is not None else None)
+    if recorded_task is not None:
+        limit = limit or recorded_task.get("max_steps")
+    limit = limit or DEFAULT_MAX_STEPS
+    if rate_limited:
+        episode_limits.count(token.pk, "reset")
     with transaction.atomic():  # never a half-made episode
         trajectory = start_trajectory(version, instruction or f"An episode in {world.name}")
         meta = dict(trajectory.metadata or {})
@@ -214,10 +238,15 @@ def reset(
             "status": "running",
             "return": None,
         }
+        if recorded_task is not None:
+            meta["episode"]["task_id"] = recorded_task["id"]
+            meta["episode"]["task_spec"] = recorded_task
         Trajectory.objects.filter(pk=trajectory.pk).update(metadata=meta, source_format="episode")
     trajectory.metadata = meta
     trajectory.source_format = "episode"
     task_ref = chosen.id if chosen is not None else ""
+    if recorded_task is not None:
+        task_ref = recorded_task["id"]
     return trajectory, StepResult(
         observation={
             "episode_id": str(trajectory.pk),
@@ -273,7 +302,13 @@ class _Again(Exception):
 
 
 def start_step(
-    token: ApiToken, episode_id: Any, action: Any, *, check_token: bool = False
+    token: ApiToken,
+    episode_id: Any,
+    action: Any,
+    *,
+    check_token: bool = False,
+    world_endpoint: ModelEndpoint | None = None,
+    perturbations: list[dict[str, Any]] | None = None,
 ) -> SimulationJob:
     """Queue the world model's answer to `action` at the episode's next step: the job row.
     An agent waits on every step, so this costs four reads and one insert, with no
@@ -281,16 +316,28 @@ def start_step(
     and the world version an episode plays in never changes. The caller enqueues the job
     (`studio.tasks.enqueue_episode_step`). Raises EpisodeError for what the agent did wrong.
     `check_token`: refuse (TokenRevoked) a token revoked since it was read, in the same
-    query that reads the episode."""
+    query that reads the episode. `world_endpoint`: this world model answers instead of the
+    project's default (a campaign's own); `perturbations`: rules (as a simulation job's
+    `perturbations`, `inference.perturbations.build_rule`) applied to this step, those whose
+    steps do not include it left out."""
     for _ in range(3):
         try:
-            return _start_step_once(token, episode_id, action, check_token)
+            return _start_step_once(
+                token, episode_id, action, check_token, world_endpoint, perturbations
+            )
         except _Again:
             continue
     raise EpisodeConflict("the episode changed while this step was sent: send it again")
 
 
-def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token: bool):
+def _start_step_once(
+    token: ApiToken,
+    episode_id: Any,
+    action: Any,
+    check_token: bool,
+    world_endpoint: ModelEndpoint | None = None,
+    perturbations: list[dict[str, Any]] | None = None,
+):
     from inference.simulation.request import Defaults, ForkFacts, SimulationRequest
 
     text = action_text(action)
@@ -333,7 +380,7 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
         # an episode plays in its world: never answered by the baseline, which reads no
         # world's prompt (a flight search answered with a recorded calendar)
         endpoints = endpoints.exclude(kind="retrieval")
-    endpoint = endpoints.first()
+    endpoint = world_endpoint if world_endpoint is not None else endpoints.first()
     if endpoint is None and world is not None:
         raise EpisodeError(
             f"the episode plays in world {world.get('name')!r}, and the project has no world "
@@ -353,6 +400,9 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
     seed = step_seed_of(episode, index)
     if seed is not None:
         data["seed"] = seed  # the model's sampling of this step, fixed by the episode's seed
+    rules = [r for r in perturbations or () if _rule_reaches(r, index)]
+    if rules:
+        data["perturbations"] = rules
     try:
         request = SimulationRequest.build(
             data,
@@ -399,6 +449,12 @@ def _start_step_once(token: ApiToken, episode_id: Any, action: Any, check_token:
             _VERSIONS.clear()  # its world was deleted: the next try reads so and says it
         # else the open step ended between the insert and the check, or the episode went
         raise _Again from None
+
+
+def _rule_reaches(rule: dict[str, Any], index: int) -> bool:
+    """Whether a perturbation rule's steps (first_step..last_step, blank: open) hold `index`."""
+    first, last = rule.get("first_step"), rule.get("last_step")
+    return (first is None or first <= index) and (last is None or index <= last)
 
 
 def step_seed_of(episode: dict[str, Any], index: int) -> int | None:
@@ -567,3 +623,193 @@ def state(trajectory: Trajectory) -> dict[str, Any]:
         "task": trajectory.task_instruction,
         "max_steps": meta.get("episode", {}).get("max_steps"),
     }
+
+
+# ---- ends that no world model answers (a campaign's agent plays through these) -------------
+
+
+def plan_for(trajectory: Trajectory) -> Any:
+    """The episode's `rewards.EpisodePlan` (None: it plays in no world, or its version is
+    gone)."""
+    from studio.services import rewards
+
+    version = world_of_trajectory(trajectory)
+    if version is None:
+        return None
+    episode = (trajectory.metadata or {}).get("episode") or {}
+    return rewards.plan_of(version.spec(), episode, instruction=trajectory.task_instruction)
+
+
+def submit_step(
+    token: ApiToken, trajectory: Trajectory, action: Any, final_answer: str, plan: Any
+) -> StepResult:
+    """The world's submit action as the episode's next step (no model asked, no
+    observation, as the episode API takes it): the step written, the episode ended with
+    cause "submit" and scored. EpisodeConflict when the episode moved or ended meanwhile."""
+    from inference.simulation.sink import NO_OBSERVATION
+    from studio.services import rewards
+    from studio.serving import episode_rows as rows
+
+    text = action_text(action)
+    trajectory.refresh_from_db(fields=["step_count", "metadata"])
+    index = trajectory.step_count
+    episode = (trajectory.metadata or {}).get("episode") or {}
+    verdict = rewards.verdict_of(plan, index, "", None, final_answer=final_answer)
+    row = rows.StepRow(
+        token_id=token.pk,
+        trajectory_id=trajectory.pk,
+        branch_id=episode.get("branch") or trajectory.root_branch.pk,
+        index=index,
+        action=text,
+        observation="",
+        thinking="",
+        raw_output="",
+        observation_source=NO_OBSERVATION,
+        parse_status="",
+        meta={
+            "model_call": False,
+            "world": (trajectory.metadata or {}).get("world"),
+            **verdict.step_meta,
+        },
+        timings={},
+    )
+    if not rows._write_orm(row, True, None):
+        raise rows.why_not_written(trajectory.pk, index)
+    final = rows.finish(trajectory.project_id, row, plan, verdict, final_answer, text)
+    return StepResult(
+        observation={
+            "episode_id": str(trajectory.pk),
+            "text": "",
+            "step": index + 1,
+            "parse_status": "",
+            "metadata": dict(final.observation_metadata),
+        },
+        done=True,
+        reward=final.reward,
+    )
+
+
+def end_with_answer(trajectory: Trajectory, final_answer: str, plan: Any) -> dict[str, Any]:
+    """End the episode on the agent's final answer in a world that has no submit action
+    (cause "final_answer"): no step is written (the world never saw it); the episode rubric
+    scores the answer as it scores a submitted one. Returns the episode's end."""
+    from studio.services import rewards
+
+    trajectory.refresh_from_db(fields=["step_count", "metadata"])
+    index = trajectory.step_count
+    if plan is None:
+        return end_with_cause(trajectory, "final_answer")
+    verdict = rewards.verdict_of(plan, index, "", None, final_answer=final_answer)
+    verdict = rewards._remade(verdict, cause="final_answer")
+    final = rewards.finish(
+        trajectory.project_id, trajectory.pk, plan, verdict, final_answer=final_answer
+    )
+    return final.end or {}
+
+
+def end_with_cause(trajectory: Trajectory, cause: str, *, error: str = "") -> dict[str, Any]:
+    """End a running episode with `cause` and no reward of its end ("error": the agent or
+    the world model failed, `error` saying which and why, in end["errors"]; "max_steps" or
+    "final_answer" of an episode with no rubric). An episode that ended keeps its end."""
+    from studio.services import rewards
+
+    trajectory.refresh_from_db(fields=["step_count"])
+    end, _ = rewards._write_end(
+        trajectory.pk,
+        cause=cause,
+        step=max(0, trajectory.step_count - 1),
+        reward=None,
+        breakdown={},
+        errors={"error": error} if error else {},
+    )
+    return end
+
+
+def reset_from_trajectory(
+    token: ApiToken,
+    source: Trajectory,
+    *,
+    seed: Any = None,
+    max_steps: Any = None,
+    client: str = "",
+    rate_limited: bool = True,
+) -> tuple[Trajectory, StepResult]:
+    """Start an episode from a recorded trajectory's starting state: its domain, system
+    prompt, tools and task, none of its steps, and no world (so no rubric: its reward is
+    None). The world model answers it with the trajectory's own system prompt, as a
+    simulation of that trajectory is answered."""
+    from inference import rubrics
+    from studio.services import episode_limits
+
+    if source.project_id != token.project_id:
+        raise EpisodeNotFound(f"trajectory {source.pk} is not in this project")
+    if max_steps in (None, ""):
+        max_steps = None
+    elif (
+        isinstance(max_steps, bool)
+        or not isinstance(max_steps, int)
+        or not 1 <= max_steps <= MAX_STEPS_LIMIT
+    ):
+        raise EpisodeInvalid(f"max_steps must be a whole number from 1 to {MAX_STEPS_LIMIT}")
+    try:
+        seed = rubrics.check_seed(seed)
+    except rubrics.RubricError as exc:
+        raise EpisodeInvalid(str(exc)) from None
+    if seed is None:
+        seed = rubrics.draw_seed()
+    limit = max_steps or DEFAULT_MAX_STEPS
+    if rate_limited:
+        episode_limits.count(token.pk, "reset")
+    instruction = source.task_instruction or f"From trajectory {source.pk}"
+    with transaction.atomic():
+        trajectory = Trajectory.objects.create(
+            project_id=source.project_id,
+            domain=source.domain,
+            title=f"From {source.title}"[:500],
+            task_instruction=instruction,
+            system_prompt=source.system_prompt,
+            tools=list(source.tools or []),
+            metadata={"started_from": {"trajectory": source.pk, "title": source.title[:200]}},
+            source_format="episode",
+            source_key=f"start-{source.pk}-{uuid.uuid4().hex[:16]}",
+            step_count=0,
+        )
+        branch = Branch.objects.create(trajectory=trajectory, name="start", origin="simulated")
+        meta = dict(trajectory.metadata)
+        meta["episode"] = {
+            "token": token.name,
+            "token_id": token.pk,
+            "client": client,
+            "max_steps": limit,
+            "branch": branch.pk,
+            "seed": seed,
+            "task_id": "",
+            "status": "running",
+            "return": None,
+        }
+        Trajectory.objects.filter(pk=trajectory.pk).update(metadata=meta)
+    trajectory.metadata = meta
+    functions: list[dict[str, Any]] = []
+    for tool in source.tools or []:
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            functions.append(function if isinstance(function, dict) else tool)
+    return trajectory, StepResult(
+        observation={
+            "episode_id": str(trajectory.pk),
+            "text": "",
+            "task": instruction,
+            "task_id": "",
+            "tools": [
+                {
+                    "name": t.get("name", ""),
+                    "description": t.get("description") or "",
+                    "input_schema": t.get("parameters") or {"type": "object"},
+                }
+                for t in functions
+            ],
+            "step": 0,
+            "metadata": {"seed": seed, "task_id": "", "max_steps": limit},
+        },
+        done=False,
+    )

@@ -27,6 +27,8 @@ from studio.models import (
     ArenaRun,
     Branch,
     BranchOrigin,
+    Campaign,
+    CampaignEpisode,
     JudgeJob,
     JudgeTarget,
     ModelEndpoint,
@@ -61,6 +63,7 @@ class JudgeData:
     fork: SimulationJob | None = None
     queue: AnnotationQueue | None = None
     arena: ArenaRun | None = None
+    campaign: Campaign | None = None
     temperature: float = 0.6
     max_tokens: int = 32768
     concurrency: int = 8
@@ -72,6 +75,7 @@ def describe(
     fork: SimulationJob | None = None,
     queue: AnnotationQueue | None = None,
     arena: ArenaRun | None = None,
+    campaign: Campaign | None = None,
 ) -> str:
     """What a judge job scores, in words."""
     if target == JudgeTarget.BRANCH and branch is not None:
@@ -82,13 +86,17 @@ def describe(
         return f"queue {queue.name!r}"
     if target == JudgeTarget.ARENA and arena is not None:
         return f"the futures of arena {arena.pk} at step {arena.fork_index}"
-    raise ValueError("a judge job needs a branch, a fork, a queue or an arena")
+    if target == JudgeTarget.CAMPAIGN and campaign is not None:
+        return f"the episodes of campaign {campaign.pk} {campaign.name!r}"
+    raise ValueError("a judge job needs a branch, a fork, a queue, an arena or a campaign")
 
 
 def start_judging(project: Project, user, data: JudgeData) -> JudgeJob:
     """The job row (the caller enqueues it); ValueError when the target has no simulated
     step to judge."""
-    description = describe(data.target, data.branch, data.fork, data.queue, data.arena)
+    description = describe(
+        data.target, data.branch, data.fork, data.queue, data.arena, data.campaign
+    )
     job = JudgeJob(
         project=project,
         requester=user,
@@ -97,6 +105,7 @@ def start_judging(project: Project, user, data: JudgeData) -> JudgeJob:
         fork=data.fork,
         annotation_queue=data.queue,
         arena=data.arena,
+        campaign=data.campaign,
         description=description,
         judge_endpoint=data.judge,
         judge_model=data.judge.model,
@@ -152,6 +161,12 @@ def target_steps(job: JudgeJob) -> QuerySet[Step]:
     elif job.target == JudgeTarget.ARENA and job.arena is not None:
         # every model's futures, at the fork only: the step all of them answered
         rows = rows.filter(branch__job__arena_id=job.arena_id, index=job.arena.fork_index)
+    elif job.target == JudgeTarget.CAMPAIGN and job.campaign_id is not None:
+        # the episodes its slots played last, as played: their root branches
+        episodes = CampaignEpisode.objects.filter(
+            campaign_id=job.campaign_id, trajectory__isnull=False
+        ).values("trajectory_id")
+        rows = rows.filter(branch__trajectory_id__in=episodes, branch__parent__isnull=True)
     else:
         rows = rows.filter(
             pk__in=QueueItem.objects.filter(queue=job.annotation_queue).values("step")

@@ -101,6 +101,9 @@ def plan_of(spec: WorldSpec, episode: dict[str, Any], *, instruction: str = "") 
     criteria, so a check that needs them is left out, not scored 0 (no check left: no
     reward, None)."""
     task = spec.task(str(episode.get("task_id") or ""))
+    recorded = episode.get("task_spec")
+    if isinstance(recorded, dict):  # a task of the reset's own (a campaign's typed task)
+        task = rubrics.read_tasks([recorded], "task_spec")[0]
     rubric = task.rubric if task is not None and task.rubric is not None else spec.rubric
     success_criteria = task.success_criteria if task is not None else ""
     expected = task.expected if task is not None else ""
@@ -354,7 +357,7 @@ def finish(
     errors: dict[str, str] = {}
     if checks:
         earlier = _earlier_steps(trajectory_id, episode_meta.get("branch"), verdict.index)
-        submit = verdict.cause == "submit"
+        submit = verdict.cause in ("submit", "final_answer")  # an answer, no observation
         # the world model's last word: at a submit step (no model call), the step before
         observation = verdict.observation_text
         if submit:

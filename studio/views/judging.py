@@ -92,7 +92,7 @@ def judge_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def judge_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id, edit=True)
-    initial = {k: request.GET.get(k, "") for k in ("target", "branch", "fork", "queue")}
+    initial = {k: request.GET.get(k, "") for k in ("target", "branch", "fork", "queue", "campaign")}
     form = JudgeForm(request.POST or None, project=project, initial=initial)
     preview = JudgeForm(initial, project=project)
     preview.full_clean()  # the judge is not chosen yet: only the target is read

@@ -20,8 +20,10 @@ from django.db.models import QuerySet
 from django.db.models.functions import Length, Substr
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.urls import path
 from django.utils.html import format_html
+from django_htmx.http import HttpResponseStopPolling
 
 from studio.access import get_branch_for_user, get_step_for_user, get_trajectory_for_user
 from studio.http import HtmxHttpRequest, streaming_response
@@ -169,6 +171,9 @@ def trajectory_page(request: HtmxHttpRequest, trajectory_id: int) -> HttpRespons
         "jump": jump,
         "tags": list(trajectory.tags.all()),
         "episode_summary": episode_summary(trajectory),
+        # a running episode's root grows: the page polls `trajectory_live` for its new steps
+        "episode_live": branch.is_root
+        and (episode_summary(trajectory) or {}).get("status") == "running",
         # the side list names the model of each future too (`_name_models`)
         **_window_context(trajectory, branch, start, branches),
     }
@@ -202,6 +207,61 @@ def trajectory_steps(request: HtmxHttpRequest, trajectory_id: int) -> HttpRespon
     return render(request, "trajectories/trajectory.html#steps", context)
 
 
+def trajectory_live(request: HtmxHttpRequest, trajectory_id: int) -> HttpResponse:
+    """What a running episode's page polls: the root branch's steps from `after` (the first
+    index the page lacks; absent: none, the page's own windows load the steps below it), at
+    most a window of them, in the aligned windows they belong to (`static/js/episode_live.js`
+    adds them to the page's windows, so a window loaded again later holds them once), and
+    the header's status, step count and summary. Once the episode has ended and its last
+    step is sent: 286, and htmx stops polling."""
+    trajectory, membership = get_trajectory_for_user(request, trajectory_id)
+    branch = trajectory.branches.filter(parent__isnull=True).first()
+    if branch is None:
+        raise Http404("This trajectory has no root branch")
+    after = _int_param(request, "after")
+    size = steps_per_window()
+    windows: list[str] = []
+    more = False
+    if after is not None:
+        rows = list(step_window(branch, after, size))
+        more = len(rows) > size
+        steps = rows[:size]
+        annotate_steps(steps, trajectory)
+        names = _name_models(trajectory, branch, steps)
+        by_window: dict[int, list[Step]] = {}
+        for step in steps:
+            by_window.setdefault(step.index - step.index % size, []).append(step)
+        for start, chunk in by_window.items():
+            context = {
+                **names,
+                "membership": membership,
+                "can_edit": membership.can_edit,
+                "trajectory": trajectory,
+                "branch": branch,
+                "steps": chunk,
+                "start": start,
+                "end": chunk[-1].index,
+                "prev_start": None,
+                "next_start": None,
+            }
+            windows.append(render_to_string("trajectories/trajectory.html#steps", context, request))
+    status = str(((trajectory.metadata or {}).get("episode") or {}).get("status") or "running")
+    html = render_to_string(
+        "trajectories/episode_live.html",
+        {
+            "trajectory": trajectory,
+            "windows": windows,
+            "status": status,
+            "total_steps": branch.all_steps().count(),
+            "episode_summary": episode_summary(trajectory),
+        },
+        request,
+    )
+    if status != "running" and not more:
+        return HttpResponseStopPolling(html)
+    return HttpResponse(html)
+
+
 def step_observation(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
     """The full rendering of one observation (asked for from a preview)."""
     step, _ = get_step_for_user(request, step_id)
@@ -232,6 +292,7 @@ def branch_export(request: HtmxHttpRequest, branch_id: int) -> StreamingHttpResp
 urlpatterns = [
     path("trajectories/<int:trajectory_id>/", trajectory_page, name="trajectory"),
     path("trajectories/<int:trajectory_id>/steps/", trajectory_steps, name="trajectory_steps"),
+    path("trajectories/<int:trajectory_id>/live/", trajectory_live, name="trajectory_live"),
     path("steps/<int:step_id>/observation/", step_observation, name="step_observation"),
     path("steps/<int:step_id>/raw/", step_raw_output, name="step_raw_output"),
     path("branches/<int:branch_id>/export/", branch_export, name="branch_export"),

@@ -41,6 +41,8 @@ def build(name: str) -> None:
         ArenaPair,
         ArenaRun,
         Branch,
+        Campaign,
+        CampaignEpisode,
         Dataset,
         DatasetItem,
         DatasetVersion,
@@ -240,6 +242,30 @@ def build(name: str) -> None:
         scores={"format": 5, "factuality": 4}, total_score=4.5, strengths=["s"],
         weaknesses=["w"], raw="{}",
     )  # fmt: skip
+
+    # a campaign that played one episode (the trajectory above stands for it), judged by the
+    # judge job above, with its own token
+    campaign = Campaign.objects.create(
+        project=project, requester=admin, name="rollouts", world_id=world.world_id,
+        world_version=world, world_label={"id": world.world_id, "name": "w", "version": 1},
+        source="world", tasks=[{"id": "t1", "instruction": "do it"}], agent_endpoint=judge,
+        agent_name="judge", agent_model="judge-m", world_endpoint=served,
+        world_model_name="served", world_model="Qwen/Qwen-AgentWorld-35B-A3B",
+        arms=[{"name": "typo", "rules": []}], seed=11, token=token, judge_job=judge_job,
+        status="succeeded", phase="done", progress=1.0, episodes_total=2, episodes_done=2,
+        agent_tokens_in=10, world_tokens_out=20,
+    )  # fmt: skip
+    slot = CampaignEpisode.objects.create(
+        campaign=campaign, task_index=0, task_id="t1", arm=1, arm_name="typo", seed=99,
+        status="done", trajectory=episode, reward=0.5, success=False, end_cause="submit",
+        steps=2, finished_at=_at(5.5),
+    )  # fmt: skip
+    # the episode says which token played it and which campaign slot it is
+    meta = Trajectory.objects.get(pk=episode.pk).metadata
+    meta["episode"]["token_id"] = token.pk
+    meta["campaign"] = {"id": campaign.pk, "name": "rollouts", "slot": slot.pk, "arm": 1}
+    Trajectory.objects.filter(pk=episode.pk).update(metadata=meta)
+    JudgeJob.objects.filter(pk=judge_job.pk).update(campaign=campaign)
 
     failed = do_start_import_job(
         project=project, user=admin, uploaded=SimpleUploadedFile("kept.json", b'{"x": 1}')

@@ -9,7 +9,9 @@ here). It implements what our backends and commands use:
 the chat request. It returns the text of every choice (str), one text per choice (list[str];
 the choices of a stream come interleaved, as vLLM sends them), or
 `(status, body)` to fail the request with that HTTP status (body: str or dict, sent as an
-OpenAI-style error). Every request is recorded.
+OpenAI-style error), or a dict: the assistant message itself (e.g. {"content": None,
+"tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}]}, answered
+whole, with finish_reason "tool_calls" when it has any). Every request is recorded.
 
 `ignore_n=True` answers one choice whatever `n` asks, as a server that does not take `n`.
 `srv.timeline` records, in order, `("arrive", i)` when chat request i comes, `("first_token", i)`
@@ -36,7 +38,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Responder = Callable[[dict, int], "str | list[str] | tuple[int, Any]"]
+Responder = Callable[[dict, int], "str | list[str] | tuple[int, Any] | dict[str, Any]"]
 
 
 def default_responder(request: dict, index: int) -> str:
@@ -158,6 +160,9 @@ def _make_handler(
                     err = {"error": {"message": err, "type": "fake_error", "code": status}}
                 self._json(status, err)
                 return
+            if isinstance(result, dict):
+                self._message(body, index, result)
+                return
             texts = result if isinstance(result, list) else [result] * n
             if ignore_n:
                 texts = texts[:1]
@@ -187,6 +192,41 @@ def _make_handler(
                         "prompt_tokens": prompt_tokens,
                         "completion_tokens": sum(count_tokens(t) for t in texts),
                         "total_tokens": prompt_tokens + sum(count_tokens(t) for t in texts),
+                    },
+                },
+            )
+            note("answered", index)
+
+        def _message(self, body: dict, index: int, message: dict) -> None:
+            content = message.get("content")
+            calls = message.get("tool_calls") or []
+            prompt_tokens = sum(
+                count_tokens(m.get("content") or "")
+                for m in body["messages"]
+                if isinstance(m.get("content") or "", str)
+            )
+            out = count_tokens(content or "") + sum(
+                count_tokens(json.dumps(c.get("function") or {})) for c in calls
+            )
+            note("first_token", index)
+            self._json(
+                200,
+                {
+                    "id": f"chatcmpl-{index}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model", state.model),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", **message, "content": content},
+                            "finish_reason": "tool_calls" if calls else "stop",
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": out,
+                        "total_tokens": prompt_tokens + out,
                     },
                 },
             )

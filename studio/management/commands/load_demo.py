@@ -1,6 +1,9 @@
 """`python manage.py load_demo`: the demo users, the "Demo" project, the sample trajectories
 and the rewarded demo worlds (tasks with success criteria, a submit action and checks).
 
+With $STUDIO_DEMO_MODELS_URL set (scripts/dev.sh does), the project also gets the scripted
+demo agent and world endpoints (`manage.py demo_models`: stand-ins, not models).
+
 Idempotent: users and memberships are created only when missing (existing passwords are left
 alone), and the importers skip trajectories already in the project, so a second run adds
 nothing.
@@ -8,20 +11,28 @@ nothing.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from studio.demo_data.scripted_models import AGENT_MODEL, WORLD_MODEL
 from studio.importers.base import ImportFailure
-from studio.models import Membership, Project, Role
+from studio.models import EndpointRole, Membership, ModelEndpoint, Project, Role
 from studio.services.endpoints import seed_endpoints
 from studio.services.imports import do_import_file
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "demo_data"
 DEMO_PROJECT = "Demo"
 DEMO_PASSWORD = "demo-password"
+# Where `manage.py demo_models` serves the scripted stand-ins (scripts/dev.sh sets it).
+DEMO_MODELS_ENV = "STUDIO_DEMO_MODELS_URL"
+SCRIPTED_ENDPOINTS = [
+    ("Scripted demo agent", EndpointRole.AGENT, AGENT_MODEL),
+    ("Scripted demo world", EndpointRole.WORLD, WORLD_MODEL),
+]
 DEMO_USERS = [
     ("admin", Role.ADMIN),
     ("researcher", Role.RESEARCHER),
@@ -63,6 +74,7 @@ class Command(BaseCommand):
                 self.say(
                     f"model endpoint {endpoint.name!r} ({endpoint.get_role_display().lower()})"
                 )
+            self.ensure_scripted_endpoints(project)
         total_t = total_s = total_skipped = 0
         for path in files:
             try:
@@ -104,6 +116,35 @@ class Command(BaseCommand):
             self.say(
                 f"  world {saved.world.name!r} v{saved.version.number}: {state} (tasks: {tasks})"
             )
+
+    def ensure_scripted_endpoints(self, project: Project) -> None:
+        """With $STUDIO_DEMO_MODELS_URL (scripts/dev.sh sets it to `manage.py demo_models`),
+        the scripted demo agent and world as endpoints, when missing: each is its role's
+        default only where the role has none (an episode in a world is never answered by
+        the retrieval baseline, so it takes the scripted world when no other world model
+        exists). One already there keeps its settings; its URL follows the variable."""
+        url = os.environ.get(DEMO_MODELS_ENV, "").strip().rstrip("/")
+        if not url:
+            return
+        if not url.startswith(("http://", "https://")):
+            raise CommandError(f"${DEMO_MODELS_ENV} must be an http:// URL, got {url!r}")
+        for name, role, model in SCRIPTED_ENDPOINTS:
+            endpoint = project.endpoints.filter(name=name).first()
+            if endpoint is None:
+                has_default = project.endpoints.filter(role=role, is_default=True).exists()
+                ModelEndpoint.objects.create(
+                    project=project,
+                    name=name,
+                    role=role,
+                    kind="openai",
+                    base_url=url,
+                    model=model,
+                    is_default=not has_default,
+                )
+                self.say(f"model endpoint {name!r} ({model} at {url}: scripted, not a model)")
+            elif endpoint.kind == "openai" and endpoint.model == model and endpoint.base_url != url:
+                ModelEndpoint.objects.filter(pk=endpoint.pk).update(base_url=url)
+                self.say(f"model endpoint {name!r}: now at {url}")
 
     def ensure_users(self, project: Project) -> dict:
         User = get_user_model()
