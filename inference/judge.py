@@ -14,8 +14,9 @@ pipeline's (QwenLM/Qwen-AgentWorld eval/eval.py), so files go both ways:
 - a judged row gets the reference's fields (the five dimensions flat, `total_score`, `failed`
   1.0/0.0, `strengths`, `weaknesses`, `extracted_output`, `judge_raw_output`) beside the
   studio's (`scores`, `judge`). A row without a generation is marked failed without asking the
-  judge; a judgement that fails (API error, unparseable answer) is retried, then marked failed.
-  Scoring leaves failed rows out."""
+  judge; a judgement that fails (API error, unparseable answer) is retried, then marked failed
+  (its `judge.unreachable` says why when no attempt reached the server, so a caller can stop
+  instead of trying every row). Scoring leaves failed rows out."""
 
 from __future__ import annotations
 
@@ -344,10 +345,25 @@ def total_score(scores: dict[str, float]) -> float:
 T = TypeVar("T")
 
 
+def connection_failure(exc: BaseException) -> str | None:
+    """Why the judge's server could not be reached ("Connection error ([Errno 111] Connection
+    refused)": refused, unknown host, no route), or None when `exc` is not that: an answer
+    that came back (an HTTP error status, an unparseable text) or a timeout (a server that
+    took the request and is slow)."""
+    from openai import APIConnectionError, APITimeoutError
+
+    if not isinstance(exc, APIConnectionError) or isinstance(exc, APITimeoutError):
+        return None
+    text = str(exc).rstrip(".") or type(exc).__name__
+    cause = exc.__cause__
+    return f"{text} ({cause})" if cause is not None and str(cause) else text
+
+
 @dataclass
 class Asked(Generic[T]):
     """What asking the judge gave: the parsed answer (None: every attempt failed), the last
-    raw text, the tokens over every attempt, and each failed attempt's error."""
+    raw text, the tokens over every attempt, each failed attempt's error, and, when no
+    attempt reached the server at all, why (`unreachable`; "" once one did)."""
 
     value: T | None = None
     raw: str = ""
@@ -355,6 +371,7 @@ class Asked(Generic[T]):
     tokens_out: int = 0
     attempts: int = 0
     errors: list[str] = field(default_factory=list)
+    unreachable: str = ""
 
 
 class Judge:
@@ -387,6 +404,7 @@ class Judge:
         """The judge's answer to `messages`, read by `parse`, with retries: an API error or
         an answer `parse` refuses is tried again, after a growing pause, up to `attempts`."""
         asked: Asked[T] = Asked()
+        reached = False
         for attempt in range(self.attempts):
             asked.attempts = attempt + 1
             try:
@@ -404,7 +422,11 @@ class Judge:
                 asked.value = parse(asked.raw)
                 return asked
             except Exception as exc:  # noqa: BLE001 - API or parse failure: retry
-                asked.errors.append(f"attempt {attempt + 1}: {type(exc).__name__}: {exc}")
+                unreachable = connection_failure(exc)
+                reached = reached or unreachable is None
+                asked.unreachable = "" if reached else (unreachable or "")
+                detail = unreachable if unreachable is not None else str(exc)
+                asked.errors.append(f"attempt {attempt + 1}: {type(exc).__name__}: {detail}")
                 if attempt + 1 < self.attempts:
                     time.sleep(self.backoff_s * (2**attempt))
         return asked
@@ -421,6 +443,7 @@ class Judge:
             out = failed_row(
                 row, "Judge scoring failed", asked.errors, asked.raw, self.attempts, prediction
             )
+            out["judge"]["unreachable"] = asked.unreachable
         out["judge"].update(tokens_in=asked.tokens_in, tokens_out=asked.tokens_out)
         return out
 

@@ -158,9 +158,6 @@ class SharedPrefixCache:
     def get_recurrent_state(self, layer_idx: int, state_idx: int = 0):
         return self._state("rec", layer_idx)
 
-    def is_recording_past(self, layer_idx: int) -> bool:
-        return False
-
     def has_previous_state(self, layer_idx: int | None = None, state_idx: int | None = None):
         return bool(self._states[self.mode]["conv"])
 
@@ -182,6 +179,13 @@ class SharedPrefixCache:
         return full
 
     def update_recurrent_state(self, recurrent_states, layer_idx: int, state_idx: int = 0, **kw):
+        if not hasattr(recurrent_states, "shape"):
+            # A list of intermediate states comes only from a layer told to keep some for a
+            # rollback, which this cache never asks for (get_recurrent_states_to_keep).
+            raise TypeError(
+                f"layer {layer_idx} passed {type(recurrent_states).__name__} of recurrent "
+                "states; SharedPrefixCache keeps only the last state (it records no past)"
+            )
         current = self._state("rec", layer_idx)
         if current is None:
             current = recurrent_states.clone()
@@ -192,6 +196,28 @@ class SharedPrefixCache:
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.prefix_len
+
+    # -- rollback (what transformers asks for assisted/speculative decoding) -------------------
+    # A transformers cache can record past conv/recurrent states so that `crop` can undo the
+    # last tokens (assisted decoding, a deferred stop check). The engine never undoes a token:
+    # every state is overwritten in place (fixed addresses, for CUDA graphs). So this cache
+    # records no past, and no linear-attention layer computes intermediate states for it.
+
+    def is_recording_past(self, layer_idx: int) -> bool:
+        return False
+
+    def get_recurrent_states_to_keep(self, layer_idx: int | None = None) -> int:
+        """How many of the last tokens' recurrent states a linear-attention layer must compute
+        and hand to `update_recurrent_state` (as a list) so that a later `crop` can return to
+        them (transformers >= 5.25 asks; like its Cache, 0 for a layer not recording the past,
+        and for `layer_idx=None` the most over all layers). Always 0 here: nothing is recorded."""
+        return 0
+
+    def increase_count(self, layer_idx: int, state_idx: int = 0) -> None:
+        """transformers >= 5.25 calls this when a one-token decode updated a layer's conv state
+        in place (without `update_conv_state`), so that a per-layer token count stays right.
+        This cache counts tokens per forward instead: the engine calls `advance` once after
+        each forward, for all layers, so the in-place update has nothing more to count."""
 
     # -- accounting ----------------------------------------------------------------------------
 

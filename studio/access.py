@@ -48,9 +48,10 @@ def membership_for(request: HttpRequest, project_id: int) -> Membership:
     return membership
 
 
-def require_edit(membership: Membership) -> None:
+def require_edit(membership: Membership, message: str | None = None) -> None:
+    """403 for a member who may not edit (an annotator), with `message` when given."""
     if not membership.can_edit:
-        raise PermissionDenied("Annotators can view but not change trajectories.")
+        raise PermissionDenied(message or "Annotators can view but not change trajectories.")
 
 
 def get_project_for_user(

@@ -1,8 +1,10 @@
 """A rollout campaign as a researcher runs one, in headless Chromium with a real worker: from
 the library's Campaigns button, the form (a world's two tasks, two episodes each, one
 perturbation arm), started against a fake agent model and a fake world model on 127.0.0.1;
-the page is seen running, then reaches done without a reload (htmx polls it), its figures
-drawn; then the failed episodes become an annotation queue."""
+the form lists only the chosen world's tasks; the page is seen running, then reaches done
+without a reload (htmx polls it), its figures drawn with their legends clear of the axis
+titles; a refused action's error is in view where the person is; the dataset form's name
+follows the turns; then the failed episodes become an annotation queue."""
 
 from __future__ import annotations
 
@@ -122,6 +124,16 @@ def test_a_campaign_from_the_form_to_a_queue_of_its_failures(
     page, login, live_server, default_worker, project
 ):
     world = save_world(project, parse_world(LEDGER)).world
+    other = save_world(
+        project,
+        parse_world(
+            {
+                **LEDGER,
+                "name": "Another desk",
+                "tasks": [{"id": "elsewhere", "instruction": "Read another ledger."}],
+            }
+        ),
+    ).world
     Perturbation.objects.create(project=project, name="Cut short", kind="truncated")
     go = threading.Event()
     with fake_openai_server(make_responder(go)) as srv:
@@ -142,7 +154,15 @@ def test_a_campaign_from_the_form_to_a_queue_of_its_failures(
         page.click("#campaign-new")
         page.wait_for_url(re.compile(r"/campaigns/new/$"))
         page.fill("input[name=name]", "Ledger <run>")
+        # the world's tasks: only the chosen world's are offered
+        tasks = page.locator("select[name=task_ids]")
+        page.select_option("select[name=world]", label="Another desk")
+        expect(tasks.locator(f"option[value='{other.pk}:elsewhere']")).not_to_be_hidden()
+        expect(tasks.locator(f"option[value='{world.pk}:sum']")).to_be_hidden()
         page.select_option("select[name=world]", label="Ledger desk")
+        expect(tasks.locator(f"option[value='{world.pk}:sum']")).not_to_be_hidden()
+        expect(tasks.locator(f"option[value='{other.pk}:elsewhere']")).to_be_hidden()
+        expect(page.locator("optgroup[label='Another desk']")).to_be_hidden()
         page.check("input[name=source][value=world]")
         page.select_option("select[name=agent]", label="agent-ep · agent-m")
         page.select_option("select[name=world_model]", label="wm-ep · wm-m")
@@ -158,13 +178,13 @@ def test_a_campaign_from_the_form_to_a_queue_of_its_failures(
         assert campaign.world == world and campaign.seed == 2026
         assert campaign.episodes_total == 8  # 2 tasks x 2 episodes x 2 arms
         expect(page.locator("#campaign-status")).to_have_text(re.compile(r"Queued|Running"))
-        expect(page.locator("#campaign-progress")).to_contain_text("0 of 8")
+        expect(page.locator("#campaign-progress")).to_contain_text("0 of 8 episodes played")
         expect(page.locator("#campaign-arms")).to_contain_text("Cut short")
         shot(page, "campaign-running")
         go.set()
         page.locator("#campaign-state[data-campaign-status=succeeded]").wait_for(timeout=120_000)
         expect(page.locator("#campaign-status")).to_have_text("Done")
-        expect(page.locator("#campaign-progress")).to_contain_text("8 of 8")
+        expect(page.locator("#campaign-progress")).to_have_text("8 of 8 episodes played: 8 ended")
         assert not page.locator("#campaign-cancel").count()
         campaign.refresh_from_db()
         assert campaign.status == JobStatus.SUCCEEDED
@@ -181,7 +201,38 @@ def test_a_campaign_from_the_form_to_a_queue_of_its_failures(
             page.locator(f"#campaign-{name}-figure[data-ready='1']").wait_for()
         expect(page.locator("#campaign-success-figure .barlayer .point")).not_to_have_count(0)
         expect(page.locator("#campaign-episodes tbody tr")).to_have_count(8)
+        # each figure's legend (the arms) sits above its plot, clear of the x-axis title
+        for name in ("success", "reward", "distribution", "steps", "causes"):
+            figure = page.locator(f"#campaign-{name}-figure")
+            legend = figure.locator(".legend").bounding_box()
+            title = figure.locator(".xtitle").bounding_box()
+            plot = figure.locator(".nsewdrag").first.bounding_box()
+            assert legend and title and plot, name
+            assert legend["y"] + legend["height"] <= plot["y"] + 1, (name, legend, plot)
+            assert title["y"] >= plot["y"] + plot["height"], (name, title, plot)
         shot(page, "campaign-done")
+
+        # a refused action: the page comes back scrolled to the error above the button
+        page.select_option("#campaign-queue-form select[name=which]", "low_judge")
+        page.fill("#campaign-queue-form input[name=name]", "Too early")
+        page.click("#campaign-queue")
+        errors = page.locator("#campaign-queue-errors")
+        expect(errors).to_contain_text("No episode of this campaign has a judge score yet")
+        expect(errors).to_be_in_viewport()
+        expect(page.locator("#campaign-queue")).to_be_in_viewport()
+        shot(page, "campaign-refused")
+        assert not AnnotationQueue.objects.exists()
+
+        # the dataset's name follows the turns chosen while it is the default one
+        name = page.locator("#campaign-dataset-form input[name=dataset_name]")
+        expect(name).to_have_value("Ledger <run>: successful episodes (agent turns)")
+        page.check("#campaign-dataset-form input[name=turns][value=wm]")
+        expect(name).to_have_value("Ledger <run>: successful episodes (world-model turns)")
+        page.select_option("#campaign-dataset-form select[name=which]", "all")
+        expect(name).to_have_value("Ledger <run>: every episode (world-model turns)")
+        name.fill("My own name")
+        page.check("#campaign-dataset-form input[name=turns][value=agent]")
+        expect(name).to_have_value("My own name")  # typed by the person: kept
 
         # the failed episodes ("count", both arms) become a queue of their steps
         page.select_option("#campaign-queue-form select[name=which]", "failed")
@@ -206,7 +257,7 @@ def test_a_campaign_from_the_form_to_a_queue_of_its_failures(
         row = page.locator(f"#campaign-list tr[data-campaign='{campaign.pk}']")
         expect(row).to_contain_text("Ledger <run>")
         expect(row).to_contain_text("Done")
-        expect(row).to_contain_text("8 / 8")
+        expect(row.locator("td.played")).to_have_text("8 of 8")
         shot(page, "campaign-list")
 
         # one click judges the campaign's simulated steps (the world model's observations)

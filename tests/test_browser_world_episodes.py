@@ -1,6 +1,7 @@
 """A world's page in headless Chromium against a live server: episodes that end while the
-page is open appear on its charts and counts without a reload, a click on a point opens that
-episode, and a box selection on a chart becomes an annotation queue of those episodes."""
+page is open appear on its charts, counts, latest-episodes table and token filter without a
+reload (a ticked episode stays ticked), a click on a point opens that episode, and a box
+selection on a chart becomes an annotation queue of those episodes."""
 
 from __future__ import annotations
 
@@ -41,12 +42,17 @@ def test_episodes_arrive_live_a_click_opens_one_and_a_selection_makes_a_queue(
     page.wait_for_url(re.compile(rf"/worlds/{world.pk}/$"))
     page.wait_for_selector("#chart-steps[data-points='2']", state="attached")
     assert page.inner_text("#count-episodes") == "2"
+    assert page.locator("#world-table tbody tr").count() == 2
     page.evaluate("window.__sameDocument = true")
+    page.check(f"#world-table .episode-pick[value='{first.pk}']")
+    expect(page.locator("#selection-n")).to_have_text("1")
+    assert "1 episode selected" in page.inner_text("#selection-count")
 
-    # episodes end while the page is open: the charts and counts follow, no reload
-    play(trainer, world, breakdown=WIN, total=2.0)
+    # episodes end while the page is open: the charts, counts and table follow, no reload
+    later = play(trainer, world, breakdown=WIN, total=2.0)
     play(evaluator, world, client="websocket", breakdown=WIN, total=2.0)
-    play(evaluator, world, client="websocket", status="running", steps=1)
+    running = play(evaluator, world, client="websocket", status="running", steps=1)
+    fresh, _ = create_token(project, "fresh run")  # made while the page is open
     page.wait_for_selector("#chart-steps[data-points='4']", state="attached", timeout=20_000)
     assert page.evaluate("window.__sameDocument === true")
     expect(page.locator("#count-episodes")).to_have_text("5")
@@ -54,14 +60,26 @@ def test_episodes_arrive_live_a_click_opens_one_and_a_selection_makes_a_queue(
     assert page.inner_text("#count-done") == "4"
     assert "3 of 4 scored" in page.inner_text("#world-counts")
     assert points(page, "reward") == 4
+    expect(page.locator("#world-table tbody tr")).to_have_count(5)
+    assert page.get_attribute("#world-table tbody tr", "id") == f"episode-row-{running.pk}"
+    assert page.is_visible(f"#episode-row-{later.pk}")
+    assert page.is_checked(f"#world-table .episode-pick[value='{first.pk}']")  # still ticked
+    assert not page.is_checked(f"#world-table .episode-pick[value='{later.pk}']")
+    assert page.inner_text("#selection-n") == "1"
+    tokens = page.eval_on_selector_all("#world-token-filter option", "os => os.map(o => o.text)")
+    assert {"grpo run 7", "nightly eval", "fresh run"} <= set(tokens)
     shot(page, "world-episodes-live")
+    page.uncheck(f"#world-table .episode-pick[value='{first.pk}']")
+    expect(page.locator("#selection-n")).to_have_text("0")
 
-    # grouped by token: a training run is one token
-    page.check("input[name=group][value=token]")
+    # grouped by token by default: a training run is one token; by client on asking
+    legend = page.locator("#chart-reward .legend").first.text_content() or ""
+    assert "grpo run 7" in legend and "nightly eval" in legend
+    page.check("input[name=group][value=client]")
     page.click("#world-filters-apply")
     page.wait_for_selector("#chart-steps[data-points='4']", state="attached")
     legend = page.locator("#chart-reward .legend").first.text_content() or ""
-    assert "grpo run 7" in legend and "nightly eval" in legend
+    assert "WebSocket" in legend and "grpo run 7" not in legend
 
     # a click on a point opens its episode
     page.locator("#chart-steps").scroll_into_view_if_needed()

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from studio.models import Campaign, JobStatus, SlotStatus
+from studio.models import Campaign, JobStatus, ModelEndpoint, SlotStatus
 from tests.support.campaigns import WORLD_ANSWER, ScriptedAgent, calendar_world, endpoints
 from tests.support.fake_openai import fake_openai_server
 
@@ -46,7 +46,18 @@ def test_campaign_run_plays_it_in_the_shell_and_prints_the_summary(project, tmp_
     campaign = Campaign.objects.get()
     assert campaign.status == JobStatus.SUCCEEDED and campaign.source == "file"
     assert list(campaign.episodes.values_list("status", flat=True)) == [SlotStatus.DONE] * 4
-    assert "campaign 1 " in out or f"campaign {campaign.pk} " in out
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"campaign {campaign.pk} 'Northwind calendar: 2 tasks x 2 episodes': 4 episodes "
+        "(2 tasks x 2 episodes x 1 arm, seed 3)"
+    )
+    assert f"campaign {campaign.pk} 'Northwind calendar: 2 tasks x 2 episodes' succeeded" in lines
+    assert "  4 episodes: ended 4, failed 0, not played 0" in lines
+    assert (
+        "  not successes (scored below 1, or an error), by end cause: submit x2 in arm none"
+        in lines
+    )
+    assert "errors of the failed episodes" not in out
     assert "success 50% of 4 scored" in out
     assert "count: success 100% of 2 scored" in out and "sync: success 0% of 2 scored" in out
     assert "agent model scripted agent (agent-m)" in out and "cost unknown" in out
@@ -55,10 +66,60 @@ def test_campaign_run_plays_it_in_the_shell_and_prints_the_summary(project, tmp_
     assert f"{campaign.pk}\tsucceeded\t4/4" in listed
     shown, _ = _run("show", str(campaign.pk))
     assert "success 50% of 4 scored" in shown
-    with pytest.raises(CommandError, match="already ended"):
+    with pytest.raises(CommandError, match="already ended: it succeeded"):
         _run("cancel", str(campaign.pk))
-    with pytest.raises(CommandError, match="only a cancelled or failed"):
+    with pytest.raises(CommandError, match=f"campaign {campaign.pk} succeeded: only a cancelled"):
         _run("resume", str(campaign.pk))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_whose_episodes_failed_names_their_errors_and_exits_non_zero(project):
+    """Every episode failed: the summary says the campaign failed and why, lists the failed
+    episodes' distinct errors (at most 5 lines) and the run exits non-zero with one line."""
+    world = calendar_world(project)
+    with (
+        fake_openai_server(lambda b, i: (400, "model not loaded")) as agent_srv,
+        fake_openai_server(lambda b, i: WORLD_ANSWER) as world_srv,
+    ):
+        endpoints(project, agent_srv, world_srv)
+        out = io.StringIO()
+        with pytest.raises(CommandError) as caught:
+            call_command(
+                "campaign", "run", "--project", project.name, "--world", world.name,
+                "--task-ids", "count-thursday", "--agent-model", "scripted agent",
+                "--no-progress", stdout=out, stderr=io.StringIO(),
+            )  # fmt: skip
+        campaign = Campaign.objects.get()
+        assert str(caught.value) == f"campaign {campaign.pk}: 1 of 1 episode failed"
+        lines = out.getvalue().splitlines()
+        name = "Northwind calendar: 1 task x 1 episode"
+        assert lines[0].startswith(f"campaign {campaign.pk} '{name}': 1 episode (1 task x ")
+        assert "(1 task x 1 episode x 1 arm, seed" in lines[0]
+        assert f"campaign {campaign.pk} '{name}' failed" in lines
+        assert "  error: every episode failed; the first error: " in out.getvalue()
+        assert "  1 episode: ended 0, failed 1, not played 0" in lines
+        assert "by end cause: error x1 in arm none" in out.getvalue()
+        at = lines.index("  errors of the failed episodes:")
+        assert lines[at + 1].startswith("    1 x ") and "model not loaded" in lines[at + 1]
+        assert "agent model 'agent-m'" in lines[at + 1]
+
+        # ten episodes, each failing with its own error: 4 lines and one for the rest
+        Campaign.objects.all().delete()
+        with fake_openai_server(lambda b, i: (400, f"overloaded, request {i}")) as other:
+            ModelEndpoint.objects.filter(name="scripted agent").update(base_url=other)
+            out = io.StringIO()
+            with pytest.raises(CommandError, match=r": 10 of 10 episodes failed$"):
+                call_command(
+                    "campaign", "run", "--project", project.name, "--world", world.name,
+                    "--agent-model", "scripted agent", "--episodes", "2", "--no-progress",
+                    stdout=out, stderr=io.StringIO(),
+                )  # fmt: skip
+    lines = out.getvalue().splitlines()
+    at = lines.index("  errors of the failed episodes:")
+    listed = lines[at + 1 : at + 6]
+    assert [line.startswith("    1 x ") for line in listed] == [True] * 4 + [False]
+    assert listed[4] == "    and 6 more episodes with 6 other errors"
+    assert len({line.split("request")[-1] for line in listed[:4]}) == 4
 
 
 @pytest.mark.django_db
@@ -87,6 +148,22 @@ def test_bad_input_is_one_line_naming_what_and_where(project, tmp_path):
         with pytest.raises(CommandError) as caught:
             _run(*base, *extra)
         assert message in str(caught.value) and "\n" not in str(caught.value)
+    # no --world-model: the only one that reads a world's prompt (the default is the
+    # retrieval baseline); with two, none the default, it asks to choose
+    from studio.services.endpoints import EndpointData, save_endpoint
+
+    save_endpoint(
+        project,
+        EndpointData(
+            name="Dead world", role="world", kind="openai", base_url="http://127.0.0.1:9/v1"
+        ),
+    )
+    with pytest.raises(CommandError) as caught:
+        _run(*base)
+    assert str(caught.value) == (
+        "--world-model: the project has 2 world models that read a world's prompt (Dead world, "
+        "fake world) and none is the default: choose one"
+    )
     with pytest.raises(CommandError, match="no agent model named 'other'"):
         _run("run", "--project", project.name, "--world", world.name, "--agent-model", "other")
     with pytest.raises(CommandError, match="--project: no project named 'Nope'"):

@@ -168,10 +168,19 @@ def test_a_campaign_plays_every_slot_with_rewards_tags_and_a_perturbation_arm(pr
 
 
 @transactional
-def test_a_failing_agent_fails_its_slots_with_the_model_named_and_the_campaign_ends(project):
+def test_a_campaign_whose_every_episode_failed_fails_naming_the_first_error(project):
+    """Every slot failed (the agent model is down): the campaign ends FAILED saying so and
+    why; Resume, once the model answers, plays them again and the campaign succeeds."""
     world = calendar_world(project)
+    down = threading.Event()
+    down.set()
+    scripted = ScriptedAgent()
+
+    def agent_reply(body, index):
+        return (400, "model not loaded") if down.is_set() else scripted(body, index)
+
     with (
-        fake_openai_server(lambda b, i: (400, "model not loaded")) as agent_srv,
+        fake_openai_server(agent_reply) as agent_srv,
         fake_openai_server(lambda b, i: WORLD_ANSWER) as world_srv,
     ):
         agent, world_model = endpoints(project, agent_srv, world_srv)
@@ -182,18 +191,163 @@ def test_a_failing_agent_fails_its_slots_with_the_model_named_and_the_campaign_e
             agent,
             world_model,
             tasks=tuple(world_tasks(world, ["count-thursday"])),
-            episodes_per_task=1,
+            episodes_per_task=2,
+        )
+        run_campaign(campaign.pk, "")
+        campaign.refresh_from_db()
+        assert campaign.status == JobStatus.FAILED and campaign.episodes_failed == 2
+        slots = list(campaign.episodes.all())
+        assert all(s.status == SlotStatus.FAILED for s in slots)
+        slot = slots[0]
+        assert "agent model 'agent-m'" in slot.error and "model not loaded" in slot.error
+        assert campaign.error.startswith("every episode failed; the first error: ")
+        assert campaign.error.removeprefix("every episode failed; the first error: ") in {
+            s.error for s in slots
+        }
+        end = slot.trajectory.metadata["episode"]["end"]
+        assert end["cause"] == "error" and "model not loaded" in end["errors"]["error"]
+        figures = results(campaign)
+        assert (figures.overall["failed"], figures.overall["ended"]) == (2, 0)
+        assert figures.causes == [{"cause": "error", "count": 2, "arm_name": "none"}]
+        assert figures.errors == [{"error": slot.error, "count": 2}]
+        assert set(slot_trajectory_ids(campaign, "failed")) == {s.trajectory_id for s in slots}
+
+        down.clear()  # the model is back: Resume plays the failed slots again
+        assert resume_campaign(campaign)
+        run_campaign(campaign.pk, "again")
+    campaign.refresh_from_db()
+    assert (campaign.status, campaign.error) == (JobStatus.SUCCEEDED, "")
+    figures = results(campaign)
+    assert (figures.overall["ended"], figures.overall["failed"]) == (2, 0)
+    assert figures.overall["replaced"] == 2 and figures.errors == []  # the failed ones stay
+
+
+@transactional
+def test_a_campaign_with_one_episode_ended_succeeds_and_counts_its_failed_ones(project):
+    world = calendar_world(project)
+    scripted = ScriptedAgent()
+
+    def agent_reply(body, index):
+        if "Search relevance sync" in body["messages"][1]["content"]:
+            return (400, "the sync task is too long for this model")
+        return scripted(body, index)
+
+    with (
+        fake_openai_server(agent_reply) as agent_srv,
+        fake_openai_server(lambda b, i: WORLD_ANSWER) as world_srv,
+    ):
+        agent, world_model = endpoints(project, agent_srv, world_srv)
+        campaign = make_campaign(
+            project, project.users["researcher"], world, agent, world_model, episodes_per_task=1
         )
         run_campaign(campaign.pk, "")
     campaign.refresh_from_db()
-    assert campaign.status == JobStatus.SUCCEEDED and campaign.episodes_failed == 1
-    slot = campaign.episodes.get()
-    assert slot.status == SlotStatus.FAILED and "agent model 'agent-m'" in slot.error
-    assert "model not loaded" in slot.error
-    end = slot.trajectory.metadata["episode"]["end"]
-    assert end["cause"] == "error" and "model not loaded" in end["errors"]["error"]
+    assert (campaign.status, campaign.error) == (JobStatus.SUCCEEDED, "")
+    assert (campaign.episodes_done, campaign.episodes_failed) == (2, 1)
     figures = results(campaign)
-    assert figures.overall["failed"] == 1 and figures.causes[0]["cause"] == "error"
+    overall = figures.overall
+    assert (overall["ended"], overall["failed"], overall["successes"]) == (1, 1, 1)
+    assert (overall["pending"], overall["running"], overall["cancelled"]) == (0, 0, 0)
+    by_task = {r["task_id"]: r for r in figures.by_task}
+    assert by_task["move-sync"]["failed"] == 1 and by_task["count-thursday"]["successes"] == 1
+    assert figures.causes == [{"cause": "error", "count": 1, "arm_name": "none"}]
+    (error,) = figures.errors
+    assert error["count"] == 1 and "too long for this model" in error["error"]
+
+
+@pytest.mark.django_db
+def test_the_world_model_is_never_a_silent_pick_among_several(project):
+    """No world model chosen: the project's default when it reads a world's prompt, else its
+    only one that does; several and none the default: an error naming them."""
+    from studio.services.campaigns import choose_world_model, world_model_candidates
+    from studio.services.endpoints import EndpointData, make_default, save_endpoint
+
+    world = calendar_world(project)
+    user = project.users["researcher"]
+    retrieval = project.endpoints.get(role="world", kind="retrieval")
+    assert retrieval.is_default  # a new project's default world model: the baseline
+    assert world_model_candidates(project) == (None, [])
+    with pytest.raises(CampaignError, match="has no world model that reads a world's prompt"):
+        choose_world_model(project)
+
+    def world_model(name):
+        data = EndpointData(
+            name=name, role="world", kind="openai", base_url="http://127.0.0.1:9/v1", model="m"
+        )
+        return save_endpoint(project, data).endpoint
+
+    scripted = world_model("Scripted demo world")
+    agent = save_endpoint(
+        project,
+        EndpointData(
+            name="agent", role="agent", kind="openai", base_url="http://127.0.0.1:9/v1", model="a"
+        ),
+    ).endpoint
+    assert choose_world_model(project) == scripted  # the only one
+    assert make_campaign(project, user, world, agent, None).world_endpoint == scripted
+    dead = world_model("Dead world")  # alphabetically first: never picked for that
+    assert world_model_candidates(project) == (None, [dead, scripted])
+    message = (
+        "world model: the project has 2 world models that read a world's prompt (Dead world, "
+        "Scripted demo world) and none is the default: choose one"
+    )
+    with pytest.raises(CampaignError) as caught:
+        make_campaign(project, user, world, agent, None)
+    assert str(caught.value) == message
+    make_default(scripted)
+    assert world_model_candidates(project) == (scripted, [dead, scripted])
+    assert make_campaign(project, user, world, agent, None).world_endpoint == scripted
+    make_default(retrieval)  # the baseline as the default again: no pick among the two
+    with pytest.raises(CampaignError, match="none is the default"):
+        choose_world_model(project)
+
+
+@transactional
+def test_unscored_episodes_are_no_failure_and_not_in_the_causes(project):
+    """A typed task with an expected answer but no rubric that applies (the calendar world's
+    checks are in its tasks' own rubrics) is played and "not scored": never a cause of a
+    failure, nor in the failed episodes."""
+    world = calendar_world(project)
+    tasks = parse_tasks_jsonl(
+        '{"id": "plain", "instruction": "Find the sync and submit its time.", '
+        '"expected": "11:30"}\n'
+        '{"id": "ruled", "instruction": "Find the sync and submit its time.", "expected": "11:45",'
+        ' "rubric": {"episode": [{"name": "answer", "kind": "exact", "target": "final_answer"}]}}\n'
+    )
+    with (
+        fake_openai_server(ScriptedAgent()) as agent_srv,
+        fake_openai_server(lambda b, i: WORLD_ANSWER) as world_srv,
+    ):
+        agent, world_model = endpoints(project, agent_srv, world_srv)
+        campaign = make_campaign(
+            project,
+            project.users["researcher"],
+            world,
+            agent,
+            world_model,
+            source="file",
+            tasks=tuple(tasks),
+            episodes_per_task=2,
+        )
+        run_campaign(campaign.pk, "")
+    campaign.refresh_from_db()
+    assert campaign.status == JobStatus.SUCCEEDED, campaign.error
+    plain = list(campaign.episodes.filter(task_id="plain"))
+    assert all(s.status == SlotStatus.DONE and s.success is None for s in plain)
+    assert all(s.end_cause == "submit" for s in plain)
+    figures = results(campaign)
+    by_task = {r["task_id"]: r for r in figures.by_task}
+    assert (by_task["plain"]["scored_by"], by_task["ruled"]["scored_by"]) == ("", "task")
+    assert (by_task["plain"]["unscored"], by_task["plain"]["scored"]) == (2, 0)
+    assert (by_task["ruled"]["scored"], by_task["ruled"]["successes"]) == (2, 0)  # 11:30 given
+    assert (figures.overall["unscored"], figures.overall["scored"]) == (2, 2)
+    # only the two scored episodes that were not a success are causes
+    assert figures.causes == [{"cause": "submit", "count": 2, "arm_name": "none"}]
+    assert set(slot_trajectory_ids(campaign, "failed")).isdisjoint(
+        slot_trajectory_ids(campaign, "unscored")
+    )
+    assert len(slot_trajectory_ids(campaign, "unscored")) == 2
+    assert by_task["plain"]["success_rate"] is None
 
 
 @transactional
@@ -311,6 +465,12 @@ def test_cancel_keeps_the_ended_slots_and_resume_plays_the_rest(project):
         assert old.metadata["episode"]["end"]["cause"] == "cancelled"
         assert campaign.episodes_done == 1 and campaign.progress == pytest.approx(1 / 3, abs=1e-3)
         done_first = campaign.episodes.get(status=SlotStatus.DONE).trajectory_id
+        overall = results(campaign).overall
+        states = ("ended", "failed", "cancelled", "pending", "running", "replaced")
+        assert tuple(overall[k] for k in states) == (1, 0, 1, 1, 0, 0)
+        shown = _show(campaign)
+        assert "3 episodes: ended 1, failed 0, cancelled 1, not played 1" in shown
+        assert "campaign" in shown and "was cancelled" in shown.splitlines()[0]
 
         agent_script.hold_at = None
         assert resume_campaign(campaign)
@@ -324,6 +484,11 @@ def test_cancel_keeps_the_ended_slots_and_resume_plays_the_rest(project):
     assert replayed.trajectory_id != old.pk and replayed.attempts == 2
     # the cancelled episode stays in the library, tagged, as what it was
     assert campaign_trajectories(campaign).count() == 4
+    overall = results(campaign).overall
+    assert (overall["ended"], overall["cancelled"], overall["replaced"]) == (3, 0, 1)
+    assert "1 earlier episode (cancelled or failed, then played again) stays in the library" in (
+        _show(campaign)
+    )
     assert not resume_campaign(campaign)  # every slot done: nothing to resume
     assert not SimulationJob.objects.filter(status__in=["queued", "running"]).exists()
 
@@ -352,6 +517,16 @@ def test_create_checks_its_input(project, settings):
         not Campaign.objects.exists()
         and not ApiToken.objects.filter(name__startswith="campaign ").exists()
     )
+
+
+def _show(campaign) -> str:
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("campaign", "show", str(campaign.pk), stdout=out)
+    return out.getvalue()
 
 
 def _closing(fn):
@@ -418,6 +593,8 @@ def test_a_campaign_over_recorded_starts_plays_from_their_prompt_and_task(projec
         assert Step.objects.get(branch__trajectory=episode).observation == "total 0"
     figures = results(campaign)
     assert figures.overall["scored"] == 0 and figures.overall["success_rate"] is None
+    assert figures.overall["unscored"] == 2 and figures.causes == []  # never "not a success"
+    assert figures.by_task[0]["scored_by"] == ""
     with pytest.raises(CampaignError, match="no trajectory 999999"):
         trajectory_tasks(project, [999999])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -163,7 +164,8 @@ def test_no_agent_model_says_so_and_links_to_the_models_page(researcher_client, 
         ({"max_steps": 5000}, "max_steps", "less than or equal to 1000"),
         ({"concurrency": 17}, "concurrency", "less than or equal to 16"),
         ({"temperature": 3}, "temperature", "less than or equal to 2"),
-        ({"seed": -1}, "seed", "greater than or equal to 0"),
+        ({"seed": -1}, "seed", "A seed is a whole number from 0 to 2^63 − 1"),
+        ({"seed": 2**63}, "seed", "A seed is a whole number from 0 to 2^63 − 1"),
         ({"source": "trajectories"}, "trajectory_tag", "Pick the tag"),
         ({"source": "file"}, "tasks_file", "Choose a JSONL file"),
     ],
@@ -392,7 +394,13 @@ def test_the_results_as_the_page_shows_them(researcher_client, project, setup, p
     assert response.status_code == 200
     assert 'id="campaign-status">Running<' in html
     assert 'id="campaign-cancel"' in html and 'id="campaign-resume"' not in html
-    assert "6 of 8</strong> episodes ended" in html and "1 failed" in html
+    # one vocabulary: played = ended + failed (error) + cancelled; the rest not played yet
+    progress = re.search(r'<p id="campaign-progress">(.*?)</p>', html, re.S)
+    assert progress and re.sub(r"<[^>]+>", "", progress.group(1)) == (
+        "6 of 8 episodes played: 5 ended, 1 failed (error), 2 not played yet"
+    )
+    assert 'id="campaign-failed" class="form-errors"' in html
+    assert 'id="campaign-replaced"' not in html  # no episode was played again
     # 3 successes of 5 scored (the failed slot has no score, never counted)
     assert 'id="campaign-success">60% (3 of 5 scored)<' in html
     assert 'id="campaign-reward">0.65<' in html  # (1 + 1 + 0 + 1 + 0.25) / 5
@@ -445,7 +453,11 @@ def test_prices_give_a_cost_and_status_labels_are_true(researcher_client, projec
     listing = researcher_client.get(
         reverse("campaign_list", kwargs={"project_id": project.pk})
     ).content.decode()
-    assert "Cancelled" in listing and "6 / 8" in listing
+    assert "Cancelled" in listing
+    played = re.search(r'<td class="played">(.*?)</td>', listing, re.S)
+    assert played and re.sub(r"<[^>]+>", "", played.group(1)) == (
+        "6 of 8 (5 ended, 1 failed (error))"
+    )
 
 
 def test_the_live_part_polls_until_the_campaign_ends(researcher_client, project, setup, played):
@@ -501,7 +513,10 @@ def test_a_queue_of_the_failed_episodes(researcher_client, project, setup, playe
     items = list(QueueItem.objects.filter(queue=queue).values_list("step_id", flat=True))
     # the failed slots' episodes (the max-steps one, the error one, the 0.25 one), not the successes
     assert sorted(items) == sorted(_steps_of(played["failed"], played["errored"], played["low"]))
-    assert "of campaign 'Ledger run', the failed ones (" in queue.description
+    assert (
+        "of campaign 'Ledger run', those not a success or failed with an error ("
+        in queue.description
+    )
 
 
 def test_a_queue_of_low_judge_scores(researcher_client, project, setup, played):
@@ -542,11 +557,22 @@ def test_a_dataset_of_the_successful_episodes_agent_turns(
     items = list(DatasetItem.objects.filter(version=version).values_list("step_id", flat=True))
     assert sorted(items) == sorted(_steps_of(*successes))
     assert "agent turns" in version.source
-    # world-model turns of every episode: a second version, the wm-turns message
+    # its export defaults to its own turns: agent-turns rows of agent turns
+    detail = response.content.decode()
+    assert '<option value="agent-turns" selected>' in detail
+    assert '<option value="agent" selected>agent turns' in detail
+    # world-model turns never go into a dataset of agent turns: an error on the name
     response = researcher_client.post(
-        url, {"which": "all", "turns": "wm", "dataset_name": "Ledger SFT"}, follow=True
+        url, {"which": "all", "turns": "wm", "dataset_name": "Ledger SFT"}
     )
-    assert "export it as wm-turns" in response.content.decode()
+    assert response.status_code == 400
+    assert "holds agent turns" in " ".join(response.context["dataset_form"].errors["dataset_name"])
+    assert DatasetVersion.objects.filter(dataset__name="Ledger SFT").count() == 1
+    # a second agent-turns version of every episode goes in
+    response = researcher_client.post(
+        url, {"which": "all", "turns": "agent", "dataset_name": "Ledger SFT"}, follow=True
+    )
+    assert "export it as agent-turns" in response.content.decode()
     assert DatasetVersion.objects.filter(dataset__name="Ledger SFT").count() == 2
 
 
@@ -667,3 +693,272 @@ def test_recorded_trajectories_by_tag_are_the_tasks(researcher_client, project, 
     assert [t["trajectory"] for t in campaign.tasks] == [recorded.pk]
     html = researcher_client.get(response["Location"]).content.decode()
     assert "none: recorded trajectories' starting states" in html
+
+
+# ---- QA fixes: one vocabulary, the choices the form makes, where errors show ---------------
+
+
+def _page(client, campaign, **headers) -> str:
+    url = reverse("campaign_page", kwargs={"campaign_id": campaign.pk})
+    return client.get(url, headers=headers).content.decode()
+
+
+def _text(html: str, element_id: str) -> str:
+    """The text of the element (a p, div or td) of that id, its tags dropped, unescaped."""
+    found = re.search(rf'id="{element_id}"[^>]*>(.*?)</(p|div|td)>', html, re.S)
+    assert found, f"no #{element_id}"
+    text = re.sub(r"<[^>]+>", "", re.sub(r"<details>.*?</details>", "", found.group(1), flags=re.S))
+    return re.sub(r"\s+", " ", unescape(text)).strip()
+
+
+def test_the_world_model_is_never_a_silent_pick(researcher_client, project, setup):
+    url = reverse("campaign_new", kwargs={"project_id": project.pk})
+    baseline = ModelEndpoint.objects.get(project=project, kind="retrieval")
+    assert baseline.is_default
+    # the default is the retrieval baseline and one other reads a world's prompt: that one
+    form = researcher_client.get(url).context["form"]
+    assert form.fields["world_model"].initial == setup["wm"].pk
+    # a second one: nothing picked, the field required, its help says why
+    _endpoint(project, "Dead world", "world", "dead-m")
+    response = researcher_client.get(url)
+    field = response.context["form"].fields["world_model"]
+    html = response.content.decode()
+    assert field.initial is None and field.required
+    assert "— pick a world model —" in html
+    assert (
+        f"The project's default world model, {baseline.name}, is the retrieval baseline"
+        in field.help_text
+    )
+    assert "these 2 world models" in field.help_text
+    response = researcher_client.post(url, _form(setup, world_model=""))
+    assert response.status_code == 400
+    assert "Pick the world model that answers the episodes" in _errors(response, "world_model")
+    assert not Campaign.objects.exists()
+    # a default that reads a world's prompt is the one picked
+    ModelEndpoint.objects.filter(pk=baseline.pk).update(is_default=False)
+    ModelEndpoint.objects.filter(pk=setup["wm"].pk).update(is_default=True)
+    field = researcher_client.get(url).context["form"].fields["world_model"]
+    assert field.initial == setup["wm"].pk
+
+
+def test_the_new_campaign_form_words_and_choices(researcher_client, project, setup):
+    from studio.models import Tag
+
+    url = reverse("campaign_new", kwargs={"project_id": project.pk})
+    Tag.objects.create(project=project, name="campaign:12")
+    Tag.objects.create(project=project, name="starts")
+    Tag.objects.create(project=project, name="campaign: notes")  # not a campaign's own tag
+    response = researcher_client.get(url)
+    html = response.content.decode()
+    tags = [str(label) for _, label in response.context["form"].fields["trajectory_tag"].choices]
+    assert "starts" in tags and "campaign: notes" in tags and "campaign:12" not in tags
+    # perturbations exist: no hint; none: the hint links to the Perturbations page
+    assert 'id="no-perturbations"' not in html
+    assert "js/campaigns.js" in html  # the world's tasks follow the world picked
+    Perturbation.objects.all().delete()
+    html = researcher_client.get(url).content.decode()
+    assert "This project has no perturbations yet: add them on the" in html
+    assert reverse("perturbation_list", kwargs={"project_id": project.pk}) in html
+    # a task of another world is still refused on the server
+    response = researcher_client.post(url, _form(setup, task_ids=[f"{setup['other'].pk}:look"]))
+    assert response.status_code == 400
+
+
+def test_one_of_each_is_said_in_the_singular(researcher_client, project, setup):
+    url = reverse("campaign_new", kwargs={"project_id": project.pk})
+    response = researcher_client.post(
+        url,
+        _form(setup, task_ids=[f"{setup['world'].pk}:sum"], episodes_per_task=1, max_steps=1),
+        follow=True,
+    )
+    html = response.content.decode()
+    assert "Started campaign &#x27;From the form&#x27;: 1 episode." in html
+    assert _text(html, "campaign-tasks").startswith("1 task · The world's tasks")
+    m = re.search(r'<td id="campaign-m">(.*?)</td>', html).group(1)
+    assert m.startswith("1 episode per task in each arm (1 arm), at most 1 step each")
+    assert m.endswith("1 episode in all")
+    assert "1 episodes" not in html and "1 tasks" not in html and "1 arms" not in html
+    assert _text(html, "campaign-progress") == "0 of 1 episode played: 0 ended, 1 not played yet"
+
+
+def test_an_annotator_is_told_why_a_campaign_post_is_refused(annotator_client, project, setup):
+    campaign = _campaign(project, setup)
+    words = "Annotators can see campaigns and their results but not run them."
+    new = annotator_client.get(reverse("campaign_new", kwargs={"project_id": project.pk}))
+    assert new.status_code == 403 and words in new.content.decode()
+    for url in _posts(campaign, project):
+        response = annotator_client.post(url, {"which": "all"})
+        assert response.status_code == 403 and words in response.content.decode(), url
+
+
+def test_a_campaign_whose_every_episode_failed_says_so(researcher_client, project, setup):
+    campaign = _campaign(project, setup)
+    for slot in campaign.episodes.all():
+        _play(slot, status=SlotStatus.FAILED, steps=0, error="the agent model agent-ep: <refused>")
+    Campaign.objects.filter(pk=campaign.pk).update(
+        status=JobStatus.FAILED,
+        error="every episode failed; the first error: the agent model agent-ep: <refused>",
+        episodes_done=4,
+        episodes_failed=4,
+    )
+    html = _page(researcher_client, campaign)
+    # the error at the top of the page, before the settings
+    assert html.index('id="campaign-error"') < html.index('id="campaign-settings"')
+    assert _text(html, "campaign-error").startswith(
+        "The campaign failed: every episode failed; the first error: the agent model "
+        "agent-ep: <refused>"
+    )
+    assert "agent-ep: &lt;refused&gt;" in html  # escaped
+    assert 'id="campaign-status">Failed<' in html
+    assert _text(html, "campaign-progress") == "4 of 4 episodes played: 0 ended, 4 failed (error)"
+    assert _text(html, "campaign-all-failed").startswith(
+        "Every episode failed with an error: see the episodes table"
+    )
+    assert "No episode has ended yet" not in html
+    rows = re.findall(
+        r'<tr data-task="\d">.*?<td class="ended">(.*?)</td><td class="failed">(.*?)</td>', html
+    )
+    assert rows == [("0 of 2", "2"), ("0 of 2", "2")]
+    assert html.count("Failed (error)</span>") == 4  # the episodes table's status words
+    # the part htmx polls carries the top error out of band
+    live = _page(researcher_client, campaign, **{"HX-Request": "true"})
+    assert '<div id="campaign-top" hx-swap-oob="true">' in live and "The campaign failed:" in live
+
+
+def test_cancelled_and_replayed_episodes_are_counted_and_linked(researcher_client, project, setup):
+    campaign = _campaign(project, setup)
+    slots = list(campaign.episodes.order_by("task_index", "repeat"))
+    _play(slots[0], reward=1.0, success=True, cause="submit", steps=2)
+    _play(slots[1], status=SlotStatus.CANCELLED, cause="cancelled", steps=1)
+    _play(slots[2], status=SlotStatus.CANCELLED, cause="cancelled", steps=1)
+    # slot 0 was cancelled once before and played again: its old episode stays in the library
+    old = _episode(project, setup, slots[0])
+    _episode(project, setup, slots[0])
+    for t in Trajectory.objects.filter(source_format="episode"):
+        t.metadata["campaign"] = {"id": campaign.pk, "slot": slots[0].pk}
+        t.save(update_fields=["metadata"])
+    Campaign.objects.filter(pk=campaign.pk).update(status=JobStatus.CANCELLED)
+    html = _page(researcher_client, campaign)
+    assert _text(html, "campaign-progress") == (
+        "3 of 4 episodes played: 1 ended, 2 cancelled (Resume plays them again), 1 not played yet"
+    )
+    replaced = _text(html, "campaign-replaced")
+    assert replaced == (
+        "1 earlier episode was cancelled or failed and played again; it stays in the library "
+        f"(tag campaign:{campaign.pk})."
+    )
+    library = reverse("library", kwargs={"project_id": project.pk})
+    assert f'href="{library}?tag=campaign%3A{campaign.pk}"' in html
+    assert old.pk != CampaignEpisode.objects.get(pk=slots[0].pk).trajectory_id
+    # the tables count the cancelled ones in a column of their own
+    assert "<th>Cancelled</th>" in html
+    cells = re.findall(r'<tr data-task="0"><td>.*?<td class="cancelled">(\d+)</td>', html, re.S)
+    assert cells == ["1"]
+
+
+def test_the_figures_keep_the_legend_off_the_axis_title(researcher_client, project, setup, played):
+    html = _page(researcher_client, played["campaign"])
+    for name in ("success", "reward", "distribution", "steps", "causes"):
+        layout = _figure(html, name)["layout"]
+        legend = layout["legend"]
+        # above the plot, in the top margin, where no axis title is
+        assert legend["yanchor"] == "bottom" and legend["y"] > 1, name
+        assert layout["margin"]["t"] >= 40, name
+    assert (
+        "How the episodes that were scored and not a success ended, and the errors, by arm" in html
+    )
+
+
+def test_a_refused_action_shows_its_error_where_the_person_is(researcher_client, project, setup):
+    campaign = _campaign(project, setup)  # nothing played
+    page_url = reverse("campaign_page", kwargs={"campaign_id": campaign.pk})
+    html = researcher_client.get(page_url).content.decode()
+    assert "js/campaigns.js" in html  # scrolls a refused action's error into view
+    queue_url = reverse("campaign_queue", kwargs={"campaign_id": campaign.pk})
+    dataset_url = reverse("campaign_dataset", kwargs={"campaign_id": campaign.pk})
+    response = researcher_client.post(queue_url, {"which": "failed", "name": "Q"})
+    html = response.content.decode()
+    assert response.status_code == 400
+    # at the top of the page (the messages) ...
+    message = re.search(r'<ul class="messages"><li class="msg-error">(.*?)</li>', html)
+    assert message and message.group(1).startswith(
+        "The queue was not made: This campaign has no episode"
+    )
+    assert html.index('class="messages"') < html.index("<h1>")
+    # ... and summed up right above the form's button
+    errors = re.search(
+        r'id="campaign-queue-errors" role="alert">(.*?)</div>\s*<button type="submit" '
+        r'id="campaign-queue">',
+        html,
+        re.S,
+    )
+    assert errors, "no error next to the queue button"
+    assert errors.group(1).startswith("The queue was not made: This campaign has no episode")
+    response = researcher_client.post(
+        dataset_url, {"which": "success", "turns": "agent", "dataset_name": "D"}
+    )
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert re.search(
+        r'id="campaign-dataset-errors" role="alert">The dataset version was not made: This '
+        r"campaign has no successful episode yet\. </div>\s*<button",
+        html,
+    )
+    # the judge: back on the campaign's page with the error at its top (the messages)
+    response = researcher_client.post(
+        reverse("campaign_judge", kwargs={"campaign_id": campaign.pk}), {}, follow=True
+    )
+    assert response.redirect_chain[-1][0] == page_url
+    html = response.content.decode()
+    message = re.search(r'<ul class="messages"><li class="msg-error">(.*?)</li>', html)
+    assert message and "This project has no judge model" in message.group(1)
+    assert html.index('class="messages"') < html.index("<h1>")
+
+
+def test_the_dataset_name_follows_the_turns(researcher_client, project, setup, played):
+    campaign = played["campaign"]
+    html = _page(researcher_client, campaign)
+    names = json.loads(
+        re.search(
+            r'<script id="campaign-dataset-names" type="application/json">(.*?)</script>', html
+        ).group(1)
+    )
+    assert names["success:agent"] == "Ledger run: successful episodes (agent turns)"
+    assert names["success:wm"] == "Ledger run: successful episodes (world-model turns)"
+    assert names["all:wm"] == "Ledger run: every episode (world-model turns)"
+    assert 'value="Ledger run: successful episodes (agent turns)"' in html
+    assert "js/campaigns.js" in html
+    url = reverse("campaign_dataset", kwargs={"campaign_id": campaign.pk})
+    # the default name left as it was with world-model turns chosen (no JavaScript): the
+    # dataset of world-model turns, not the agent turns' one
+    for turns in ("agent", "wm"):
+        response = researcher_client.post(
+            url, {"which": "success", "turns": turns, "dataset_name": names["success:agent"]}
+        )
+        assert response.status_code == 302
+    agent = DatasetVersion.objects.get(dataset__name=names["success:agent"])
+    wm = DatasetVersion.objects.get(dataset__name=names["success:wm"])
+    assert agent.source.startswith("agent turns") and wm.source.startswith("world-model turns")
+    # each dataset's export starts from its own turns' format
+    for version, fmt, turns in ((agent, "agent-turns", "agent"), (wm, "wm-turns", "wm")):
+        detail = researcher_client.get(
+            reverse("dataset_detail", kwargs={"dataset_id": version.dataset_id})
+        ).content.decode()
+        assert f'<option value="{fmt}" selected>' in detail
+        assert f'<option value="{turns}" selected>' in detail
+        assert detail.count(" selected>") == 2
+
+
+def test_a_dataset_of_other_steps_exports_as_benchmark_rows_by_default():
+    from types import SimpleNamespace
+
+    from studio.forms.datasets import export_initial
+
+    assert export_initial(SimpleNamespace(source="queue 'Web' accepted")) == {
+        "format": "agentworldbench",
+        "turns": "wm",
+    }
+    assert export_initial(None)["format"] == "agentworldbench"
+    assert export_initial(SimpleNamespace(source="agent turns of 3 episodes: x"))["turns"] == (
+        "agent"
+    )

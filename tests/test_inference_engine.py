@@ -289,6 +289,29 @@ def test_the_engine_leaves_the_model_as_it_was(loaded):
     assert model.config._attn_implementation == before
 
 
+def test_the_cache_records_no_past_for_a_rollback():
+    """transformers (>= 5.25) asks a cache how many intermediate recurrent states a linear-
+    attention layer must keep for a rollback (assisted decoding); the engine never rolls back,
+    so none, for any layer, and a list of them (what a layer told otherwise would hand over)
+    is refused rather than stored as a state."""
+    from inference.shared_cache import SharedPrefixCache
+
+    cache = SharedPrefixCache(
+        ["linear_attention", "full_attention"],
+        rows=2,
+        prefix_capacity=4,
+        suffix_capacity=4,
+        device="cpu",
+    )
+    assert not cache.is_recording_past(0)
+    assert cache.get_recurrent_states_to_keep(0) == cache.get_recurrent_states_to_keep() == 0
+    state = torch.ones(1, 2, 3, 3)
+    assert torch.equal(cache.update_recurrent_state(state, 0), state)
+    with pytest.raises(TypeError, match="keeps only the last state"):
+        cache.update_recurrent_state([state, state], 0)
+    assert torch.equal(cache.get_recurrent_state(0), state)
+
+
 # -- the sampler --------------------------------------------------------------------------------
 
 

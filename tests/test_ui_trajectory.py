@@ -255,3 +255,76 @@ def test_windows_are_wrapped_and_load_again_alone(researcher_client, project, se
     assert "steps-next" not in again and "steps-prev" not in again
     last = steps_partial(researcher_client, traj, start=30, dir="none").content.decode()
     assert '<div class="step-window" data-start="30" data-end="34">' in last
+
+
+def _step_head(html: str, index: int) -> str:
+    found = re.search(rf'id="step-{index}".*?<header class="step-head">(.*?)</header>', html, re.S)
+    assert found, html[:2000]
+    return found.group(1)
+
+
+def test_a_step_no_model_was_asked_for_names_no_model(researcher_client, project):
+    from studio.models import ObservationSource, SimulationJob
+
+    traj = make_trajectory(project, n_steps=3)
+    child = make_child_branch(traj, fork_index=1, n_own=2)
+    job = SimulationJob.objects.create(
+        trajectory=traj,
+        branch=traj.branches.get(parent__isnull=True),
+        fork_index=1,
+        action="df -h",
+        n=1,
+        status="succeeded",
+        backend="openai",
+        model="scripted-world",
+        world_name="Scripted demo world",
+        params={"temperature": 0.7, "top_p": 0.95, "max_tokens": 64, "seed": 3},
+    )
+    child.job = job
+    child.save(update_fields=["job"])
+    rule = {"name": "Disk full", "kind": "disk_full", "mode": "deterministic"}
+    # step 1: the perturbation answered in the model's place; step 2: the model answered
+    Step.objects.filter(branch=child, index=1).update(
+        observation="No space left on device",
+        observation_source=ObservationSource.PERTURBED,
+        meta={"job": job.pk, "model_call": False, "perturbation": {**rule, "label": "Disk full"}},
+    )
+    Step.objects.filter(branch=child, index=2).update(
+        observation_source=ObservationSource.SIMULATED, meta={"job": job.pk}
+    )
+    html = page(researcher_client, traj, branch=child.pk).content.decode()
+    unasked = _step_head(html, 1)
+    assert "perturbation Disk full: no model was asked" in unasked
+    assert "Scripted demo world" not in unasked and "T 0.7" not in unasked
+    asked = _step_head(html, 2)
+    assert "Scripted demo world" in asked and "T 0.7" in asked
+    # the live part of a running episode says the same (the same presenter)
+    from studio.views.trajectories import no_model_asked
+
+    step = Step.objects.get(branch=child, index=1)
+    assert no_model_asked(step) == "perturbation Disk full: no model was asked"
+    step.meta = {"job": job.pk, "model_call": False}
+    assert no_model_asked(step) == "no model was asked"
+    assert no_model_asked(Step.objects.get(branch=child, index=2)) == ""
+
+
+def test_a_campaign_episode_links_its_campaign(researcher_client, project):
+    from studio.models import Campaign
+
+    campaign = Campaign.objects.create(project=project, name="<i>Five tasks</i>")
+    theirs = Campaign.objects.create(project=project.other, name="not yours")
+    played = make_trajectory(
+        project, source_format="episode", metadata={"campaign": {"id": campaign.pk, "slot": 1}}
+    )
+    html = page(researcher_client, played).content.decode()
+    url = reverse("campaign_page", args=[campaign.pk])
+    assert (
+        f'<a class="chip" id="episode-campaign" href="{url}"' in html
+        and f"campaign {campaign.pk}: &lt;i&gt;Five tasks&lt;/i&gt;</a>" in html
+    )
+    # a campaign that is gone, or another project's: no link
+    for gone in (theirs.pk, 999999):
+        other = make_trajectory(
+            project, source_format="episode", metadata={"campaign": {"id": gone}}
+        )
+        assert 'id="episode-campaign"' not in page(researcher_client, other).content.decode()

@@ -499,6 +499,9 @@ def test_a_selection_becomes_a_queue_or_a_dataset(researcher_client, project, de
         "queue_detail", args=[queue.pk]
     )
     assert queue.items.count() == 5
+    assert queue.description == (
+        "the steps of 2 episodes from a selection on the page of world 'Relay desk' (5 steps)"
+    )
     # the table's checkboxes post the same ids
     response = researcher_client.post(
         reverse("world_episode_dataset", args=[world.pk]),
@@ -508,6 +511,9 @@ def test_a_selection_becomes_a_queue_or_a_dataset(researcher_client, project, de
     dataset = Dataset.objects.get(project=project, name="Wins")
     assert response.redirect_chain[-1][0] == reverse("dataset_detail", args=[dataset.pk])
     assert dataset.versions.get().item_count == 3
+    assert dataset.versions.get().source.startswith(
+        "agent turns of 1 episode from a selection on the page of world 'Relay desk': "
+    )
     assert (
         "Dataset &#x27;Wins&#x27; v1: 3 steps (agent turns of 1 episode)"
         in response.content.decode()
@@ -527,6 +533,169 @@ def test_a_selection_becomes_a_queue_or_a_dataset(researcher_client, project, de
         follow=True,
     )
     assert "no episode selected" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_page_groups_by_token_by_default(researcher_client, desk):
+    world, trainer, other = desk
+    play(trainer, world, client="http", breakdown=WIN, total=2.0)
+    play(trainer, world, client="websocket", breakdown=LOSS, total=0.0)
+    play(other, world, client="websocket", breakdown=WIN, total=2.0)
+    assert service.Filters().group == "token" and service.Filters().query() == {}
+    response = researcher_client.get(_url(world))
+    text = response.content.decode()
+    assert '<input type="radio" name="group" value="token" checked>' in text
+    names = {t["name"] for t in _figures_of(response)["steps"]["data"]}
+    assert names == {"grpo run 7", "&lt;b&gt;eval&lt;/b&gt; token"}  # one series a token
+    assert "<td>grpo run 7</td>" in text  # the table's Group column too
+    by_client = researcher_client.get(_url(world, group="client"))
+    assert {t["name"] for t in _figures_of(by_client)["steps"]["data"]} == {"HTTP", "WebSocket"}
+    assert "group=client" in by_client.content.decode()  # the poll keeps the grouping
+
+
+def _tokens_of(response) -> list[list[str]]:
+    found = re.search(
+        r'<script id="world-tokens-data" type="application/json">(.*?)</script>',
+        response.content.decode(),
+        re.S,
+    )
+    assert found, response.content.decode()[:2000]
+    return json.loads(found.group(1))
+
+
+@pytest.mark.django_db
+def test_the_token_filter_lists_the_tokens_that_played_here_and_the_active_ones(
+    researcher_client, project, desk
+):
+    from studio.models import ApiToken, Campaign
+    from studio.services.tokens import revoke
+
+    world, trainer, other = desk
+    shell = save_world(project, parse_world(OTHER)).world
+    gone, _ = create_token(project, "deleted run")
+    old, _ = create_token(project, "old run")
+    play(trainer, world, breakdown=WIN, total=2.0)
+    play(gone, world, breakdown=WIN, total=2.0)
+    play(old, world, breakdown=WIN, total=2.0)
+    ApiToken.objects.filter(pk=gone.pk).delete()
+    revoke(old)
+    unused_revoked, _ = create_token(project, "revoked, never here")
+    revoke(unused_revoked)
+    here, _ = create_token(project, "campaign 1: here")
+    there, _ = create_token(project, "campaign 2: elsewhere")
+    Campaign.objects.create(project=project, name="here", world=world, token=here)
+    Campaign.objects.create(project=project, name="elsewhere", world=shell, token=there)
+    theirs, _ = create_token(project.other, "another project's")
+    assert service.token_choices(world) == [  # by name
+        (str(other.pk), "<b>eval</b> token"),  # active, no episode yet: it may play next
+        (str(here.pk), "campaign 1: here"),  # its campaign plays this world
+        (str(gone.pk), "deleted run (deleted)"),
+        (str(trainer.pk), "grpo run 7"),
+        (str(old.pk), "old run (revoked)"),
+    ]
+    response = researcher_client.get(_url(world))
+    text = response.content.decode()
+    assert f'<option value="{other.pk}">&lt;b&gt;eval&lt;/b&gt; token</option>' in text
+    assert "campaign 2: elsewhere" not in text and "never here" not in text
+    assert "another project" not in text
+    assert _tokens_of(response) == [list(t) for t in service.token_choices(world)]
+    # a token made while the page is open: the next poll lists it, though nothing was played
+    live = researcher_client.get(_url(world, part="live"))
+    since = _figures_of(live)["signature"]
+    assert researcher_client.get(_url(world, part="live", since=since)).status_code == 204
+    fresh, _ = create_token(project, "fresh run")
+    newer = researcher_client.get(_url(world, part="live", since=since))
+    assert newer.status_code == 200
+    assert [str(fresh.pk), "fresh run"] in _tokens_of(newer)
+    # a filter by a token the page offered holds, listed or not
+    mine = researcher_client.get(_url(world, part="live", token=gone.pk))
+    assert sum(len(t["y"]) for t in _figures_of(mine)["steps"]["data"]) == 1
+
+
+def _table_of(response) -> str:
+    text = response.content.decode()
+    found = re.search(r'<div id="world-table" hx-swap-oob="innerHTML">(.*?)</div>\s*$', text, re.S)
+    assert found, text[-3000:]
+    return found.group(1)
+
+
+@pytest.mark.django_db
+def test_the_live_part_brings_the_latest_episodes_table(researcher_client, desk):
+    world, trainer, other = desk
+    page = researcher_client.get(_url(world)).content.decode()
+    assert "No episode played in this world yet" in page
+    assert "hx-swap-oob" not in page  # the page's own table is in place
+    live = researcher_client.get(_url(world, part="live"))
+    since = _figures_of(live)["signature"]
+    assert "No episode played in this world yet" in _table_of(live)
+    a = play(trainer, world, breakdown=WIN, total=2.0)
+    b = play(other, world, status="running", steps=1)
+    newer = researcher_client.get(_url(world, part="live", since=since))
+    assert newer.status_code == 200
+    table = _table_of(newer)
+    assert "No episode played" not in table
+    assert table.index(f'id="episode-row-{b.pk}"') < table.index(f'id="episode-row-{a.pk}"')
+    assert f'class="episode-pick" value="{a.pk}"' in table  # a researcher ticks episodes
+    assert 'id="count-episodes">2<' in newer.content.decode()
+    # the table shows more than a small window: a step of an older running episode is news
+    window = researcher_client.get(_url(world, part="live", window=1))
+    since = _figures_of(window)["signature"]
+    assert f'id="episode-row-{a.pk}"' in _table_of(window)
+    play(trainer, world, breakdown=WIN, total=2.0)  # the window's one episode now
+    since = _figures_of(researcher_client.get(_url(world, part="live", window=1)))["signature"]
+    Step.objects.create(branch=b.root_branch, index=1, action="look", observation="more")
+    Trajectory.objects.filter(pk=b.pk).update(step_count=2)
+    moved = researcher_client.get(_url(world, part="live", window=1, since=since))
+    assert moved.status_code == 200
+    assert re.search(rf'id="episode-row-{b.pk}">.*?<td>2</td>', _table_of(moved), re.S)
+    # an annotator's table: links, no checkboxes
+    researcher_client.force_login(world.project.users["annotator"])
+    theirs = _table_of(researcher_client.get(_url(world, part="live")))
+    assert "episode-pick" not in theirs and reverse("trajectory", args=[a.pk]) in theirs
+
+
+@pytest.mark.django_db
+def test_success_says_not_a_success_and_error_only_for_errors(researcher_client, desk):
+    world, trainer, _ = desk
+    won = play(trainer, world, breakdown=WIN, total=2.0)
+    lost = play(trainer, world, breakdown=HALF, total=0.75)
+    broke = play(trainer, world, breakdown={}, total=None, cause="error", steps=1)
+    unscored = play(trainer, world, task_id="chat", breakdown={}, total=None)
+    text = researcher_client.get(_url(world)).content.decode()
+
+    def success_cell(pk: int) -> str:
+        row = re.search(rf'<tr id="episode-row-{pk}">(.*?)</tr>', text, re.S)
+        assert row, text
+        cell = re.findall(r"<td>(.*?)</td>", row.group(1), re.S)[-1]
+        return re.sub(r"<[^>]+>", "", cell).strip()  # the words shown
+
+    assert success_cell(won.pk) == "success"
+    assert success_cell(lost.pk) == "not a success"
+    assert success_cell(broke.pk) == "error"
+    assert success_cell(unscored.pk) == "not scored"
+    hovers = " ".join(
+        h
+        for t in _figures_of(researcher_client.get(_url(world)))["steps"]["data"]
+        for h in t["text"]
+    )
+    assert "· not a success" in hovers and "· error" in hovers and "failed" not in hovers
+
+
+@pytest.mark.django_db
+def test_only_editors_are_told_a_selection_makes_a_queue(client, project, desk):
+    world, trainer, _ = desk
+    play(trainer, world, breakdown=WIN, total=2.0)
+    client.force_login(project.users["annotator"])
+    lede = re.search(
+        r'<p class="muted lib-sub">(.*?)</p>', client.get(_url(world)).content.decode(), re.S
+    )
+    assert lede and "a click on it opens that episode" in lede.group(1)
+    assert "queue" not in lede.group(1) and "dataset" not in lede.group(1)
+    client.force_login(project.users["researcher"])
+    lede = re.search(
+        r'<p class="muted lib-sub">(.*?)</p>', client.get(_url(world)).content.decode(), re.S
+    )
+    assert lede and "to make a queue or a dataset of them" in lede.group(1)
 
 
 # ---- a running episode's trajectory page ----------------------------------------------------

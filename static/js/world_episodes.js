@@ -1,7 +1,9 @@
 // A world's page (templates/worlds/world.html): draws its episode charts with Plotly (our
 // static copy, loaded on demand), redraws them with Plotly.react when the polled "live"
-// part brings new figures, opens an episode on a click and turns a box/lasso selection (or
-// the table's checkboxes) into the ids the queue and dataset forms post.
+// part brings new figures (the latest-episodes table comes with them, out of band: its
+// ticked episodes stay ticked; the token filter's list follows the project's tokens),
+// opens an episode on a click and turns a box/lasso selection (or the table's checkboxes)
+// into the ids the queue and dataset forms post.
 (function () {
   "use strict";
   var root = document.getElementById("world-episodes");
@@ -38,6 +40,8 @@
     var ids = Array.from(picked());
     var n = document.getElementById("selection-n");
     if (n) n.textContent = String(ids.length);
+    var word = document.getElementById("selection-word");
+    if (word) word.textContent = ids.length === 1 ? "episode" : "episodes";
     document.querySelectorAll("#world-selection .selection-ids").forEach(function (input) {
       input.value = ids.join(",");
     });
@@ -107,6 +111,34 @@
     });
   }
 
+  // The token filter lists the tokens the last poll named; the one chosen stays chosen
+  // (a token no longer listed is kept as it is, until the filters are applied again).
+  function showTokens() {
+    var holder = document.getElementById("world-tokens-data");
+    var select = document.getElementById("world-token-filter");
+    if (!holder || !select) return;
+    var tokens = JSON.parse(holder.textContent);
+    var current = select.value;
+    var have = Array.prototype.slice.call(select.options, 1).map(function (o) { return [o.value, o.text]; });
+    if (JSON.stringify(have) === JSON.stringify(tokens)) return;
+    var listed = tokens.some(function (t) { return t[0] === current; });
+    while (select.options.length > 1) select.remove(1);
+    tokens.forEach(function (t) { select.add(new Option(t[1], t[0])); });
+    if (current && !listed) {
+      var kept = have.filter(function (t) { return t[0] === current; })[0];
+      select.add(new Option(kept ? kept[1] : current, current));
+    }
+    select.value = current;
+  }
+
+  // The table is drawn again with each poll that changed something: ticked episodes stay
+  // ticked.
+  function keepTicks() {
+    document.querySelectorAll("#world-table .episode-pick").forEach(function (box) {
+      box.checked = tablePicks.has(parseInt(box.value, 10));
+    });
+  }
+
   var live = document.getElementById("world-live");
   if (live) {
     document.body.addEventListener("htmx:configRequest", function (evt) {
@@ -117,7 +149,10 @@
       if (evt.detail.elt === live && document.hidden) evt.preventDefault();
     });
     document.body.addEventListener("htmx:afterSwap", function (evt) {
-      if (evt.detail.target === live) draw();
+      if (evt.detail.target !== live) return;
+      keepTicks();
+      showTokens();
+      draw();
     });
   }
 
@@ -128,12 +163,8 @@
     if (box.checked) tablePicks.add(id); else tablePicks.delete(id);
     showSelection();
   });
-  document.body.addEventListener("htmx:afterSwap", function (evt) {
-    if (evt.detail.target && evt.detail.target.id === "world-table") {
-      document.querySelectorAll("#world-table .episode-pick").forEach(function (box) {
-        box.checked = tablePicks.has(parseInt(box.value, 10));
-      });
-    }
+  document.body.addEventListener("htmx:oobAfterSwap", function (evt) {
+    if (evt.detail.target && evt.detail.target.id === "world-table") keepTicks();
   });
   var clear = document.getElementById("selection-clear");
   if (clear) {

@@ -12,9 +12,11 @@ from django.core.validators import MaxValueValidator
 from django.db.models import Avg, OuterRef, Subquery
 
 from inference.rubrics import EPISODE_SEED_LIMIT
+from studio.forms.datasets import turns_of_source
 from studio.models import (
     Campaign,
     CampaignSource,
+    DatasetVersion,
     EndpointRole,
     ModelEndpoint,
     Perturbation,
@@ -52,14 +54,38 @@ def _sentence(message: str) -> str:
     return message if message.endswith(".") else message + "."
 
 
+# the tags a campaign gives its episodes ("campaign:12"): never offered as recorded starts
+CAMPAIGN_TAG = r"^campaign:[0-9]+$"
+SEED_WORDS = "A seed is a whole number from 0 to 2^63 − 1, or blank for a random one."
+
+
 def world_model_choices(project: Project):
     """The world models a campaign's episodes can be answered by: every world model of the
     project but the retrieval baseline (it answers with recorded observations and never reads
-    a world's prompt), in the order episodes choose theirs (the default first)."""
+    a world's prompt), by name."""
     return (
         ModelEndpoint.objects.filter(project=project, role=EndpointRole.WORLD)
         .exclude(kind="retrieval")
-        .order_by("-is_default", "name")
+        .order_by("name", "pk")
+    )
+
+
+def world_model_help(project: Project, candidates: list[ModelEndpoint]) -> str:
+    """Why the world model field has no choice made when the project's default world model
+    cannot answer a campaign (it is the retrieval baseline, or there is none) and several can."""
+    default = ModelEndpoint.objects.filter(
+        project=project, role=EndpointRole.WORLD, is_default=True
+    ).first()
+    if default is not None:
+        why = (
+            f"The project's default world model, {default.name}, is the retrieval baseline: it "
+            "answers with recorded observations and never reads a world's prompt"
+        )
+    else:
+        why = "The project has no default world model"
+    return (
+        f"{why}. Choose which of these {len(candidates)} world models answers the episodes "
+        "(making one the default on the Models page picks it here)."
     )
 
 
@@ -108,7 +134,9 @@ class CampaignForm(forms.Form):
         queryset=ModelEndpoint.objects.none(), label="Agent model", empty_label=None
     )
     world_model = forms.ModelChoiceField(
-        queryset=ModelEndpoint.objects.none(), label="World model", empty_label=None
+        queryset=ModelEndpoint.objects.none(),
+        label="World model",
+        empty_label="— pick a world model —",
     )
     episodes_per_task = forms.IntegerField(
         min_value=1, initial=4, label="Episodes per task (M)",
@@ -127,6 +155,7 @@ class CampaignForm(forms.Form):
         required=False,
         min_value=0,
         max_value=EPISODE_SEED_LIMIT - 1,
+        error_messages={"min_value": SEED_WORDS, "max_value": SEED_WORDS, "invalid": SEED_WORDS},
         help_text="Blank: drawn at random (shown on the campaign's page; keep it to repeat the "
         "campaign). Every arm plays a task's repeat with the same seed.",
     )
@@ -159,9 +188,9 @@ class CampaignForm(forms.Form):
                     )
                 )
         cast(forms.MultipleChoiceField, self.fields["task_ids"]).choices = groups
-        cast(forms.ModelChoiceField, self.fields["trajectory_tag"]).queryset = Tag.objects.filter(
-            project=project
-        ).order_by("name")
+        cast(forms.ModelChoiceField, self.fields["trajectory_tag"]).queryset = (
+            Tag.objects.filter(project=project).exclude(name__regex=CAMPAIGN_TAG).order_by("name")
+        )
         agents = ModelEndpoint.objects.filter(
             project=project, role=EndpointRole.AGENT, kind="openai"
         ).order_by("-is_default", "name")
@@ -169,16 +198,29 @@ class CampaignForm(forms.Form):
         agent_field.queryset = agents
         agent_field.label_from_instance = _endpoint_label  # type: ignore[assignment]
         self.has_agent = agents.exists()
-        world_models = world_model_choices(project)
+        wm_default, wm_candidates = service.world_model_candidates(project)
         wm_field = cast(forms.ModelChoiceField, self.fields["world_model"])
-        wm_field.queryset = world_models
+        wm_field.queryset = world_model_choices(project)
         wm_field.label_from_instance = _endpoint_label  # type: ignore[assignment]
-        self.has_world_model = world_models.exists()
+        self.has_world_model = bool(wm_candidates)
+        # never a silent pick: the project's default world model when it reads a world's
+        # prompt, else the only one that does; several and no such default: the person picks
+        wm_pick = wm_default or (wm_candidates[0] if len(wm_candidates) == 1 else None)
+        if wm_pick is not None:
+            wm_field.initial = wm_pick.pk
+            wm_field.empty_label = None
+        elif wm_candidates:
+            wm_field.help_text = world_model_help(project, wm_candidates)
+            wm_field.error_messages["required"] = (
+                "Pick the world model that answers the episodes (the project's default world "
+                "model does not read a world's prompt)."
+            )
         # none to pick: the form says so once (clean), not also "this field is required"
         agent_field.required = self.has_agent
         wm_field.required = self.has_world_model
         perturbations = cast(forms.ModelMultipleChoiceField, self.fields["perturbations"])
         perturbations.queryset = Perturbation.objects.filter(project=project).order_by("name")
+        self.has_perturbations = perturbations.queryset.exists()
         concurrency = self.fields["concurrency"]
         concurrency.initial = default_concurrency()
         cast(forms.IntegerField, concurrency).max_value = max_concurrency()
@@ -190,9 +232,6 @@ class CampaignForm(forms.Form):
         concurrency.widget.attrs.update(min="1", max=str(max_concurrency()))
         self.fields["max_steps"].widget.attrs.update(min="1", max=str(MAX_STEPS_LIMIT))
         self.fields["episodes_per_task"].widget.attrs.update(min="1")
-        first_wm = world_models.first()
-        if first_wm is not None:
-            wm_field.initial = first_wm.pk
         first_agent = agents.first()
         if first_agent is not None:
             agent_field.initial = first_agent.pk
@@ -374,15 +413,28 @@ class CampaignForm(forms.Form):
 # ---- from a campaign's episodes ------------------------------------------------------------
 
 QUEUE_WHICH = (
-    ("failed", "Failed episodes (not a success, or an error)"),
+    ("failed", "Episodes not a success, or failed with an error"),
     ("low_judge", "Episodes whose judge score is below a value"),
     ("all", "Every episode"),
 )
 DATASET_WHICH = (
     ("success", "Successful episodes"),
-    ("failed", "Failed episodes"),
+    ("failed", "Episodes not a success, or failed with an error"),
     ("all", "Every episode"),
 )
+# a dataset's default name: which episodes, which turns (a dataset holds one kind of turns)
+WHICH_NAME = {
+    "success": "successful episodes",
+    "failed": "episodes not a success",
+    "all": "every episode",
+}
+TURNS_NAME = {"agent": "agent turns", "wm": "world-model turns"}
+# "This campaign has no ...": nothing of that kind to take
+NO_EPISODE_WORDS = {
+    "success": "successful episode yet",
+    "failed": "episode yet that was not a success or failed with an error",
+    "all": "episode yet",
+}
 TURNS = (
     ("agent", "Agent turns (agent SFT: export as agent-turns)"),
     ("wm", "World-model turns (world-model SFT: export as wm-turns)"),
@@ -425,7 +477,7 @@ class CampaignQueueForm(forms.Form):
         self.campaign = campaign
         self.trajectory_ids: list[int] = []
         if not self.is_bound:
-            self.fields["name"].initial = f"{campaign.name}: failed episodes"[:200]
+            self.fields["name"].initial = f"{campaign.name}: episodes not a success"[:200]
 
     def clean(self) -> dict[str, Any]:
         c = super().clean() or {}
@@ -454,11 +506,16 @@ class CampaignQueueForm(forms.Form):
         elif which in ("failed", "all"):
             self.trajectory_ids = service.slot_trajectory_ids(self.campaign, which)
             if not self.trajectory_ids:
-                self.add_error(
-                    "which",
-                    f"This campaign has no {'failed ' if which == 'failed' else ''}episode yet.",
-                )
+                words = NO_EPISODE_WORDS[which]
+                self.add_error("which", f"This campaign has no {words}.")
         return c
+
+
+def dataset_default_name(campaign: Campaign, which: str, turns: str) -> str:
+    """ "Ledger run: successful episodes (agent turns)": which episodes and which turns, the
+    campaign's name shortened to fit 200 characters."""
+    suffix = f": {WHICH_NAME[which]} ({TURNS_NAME[turns]})"
+    return f"{campaign.name[: 200 - len(suffix)]}{suffix}"
 
 
 class CampaignDatasetForm(forms.Form):
@@ -467,22 +524,55 @@ class CampaignDatasetForm(forms.Form):
     dataset_name = forms.CharField(
         max_length=200,
         label="Dataset",
-        help_text="A new version of this dataset (made if the project has none of that name).",
+        help_text="A new version of this dataset (made if the project has none of that name). "
+        "A dataset holds one kind of turns: its name follows the turns chosen.",
     )
 
     def __init__(self, *args: Any, campaign: Campaign, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.campaign = campaign
         self.trajectory_ids: list[int] = []
+        # "which:turns" -> the default name; static/js/campaigns.js follows the choices with it
+        self.default_names = {
+            f"{which}:{turns}": dataset_default_name(campaign, which, turns)
+            for which in WHICH_NAME
+            for turns in TURNS_NAME
+        }
         if not self.is_bound:
-            self.fields["dataset_name"].initial = f"{campaign.name}: successful episodes"[:200]
+            self.fields["dataset_name"].initial = self.default_names["success:agent"]
+        self.fields["dataset_name"].widget.attrs["data-default-names"] = "campaign-dataset-names"
 
     def clean(self) -> dict[str, Any]:
         c = super().clean() or {}
-        which = c.get("which")
+        which, turns = c.get("which"), c.get("turns")
+        name = (c.get("dataset_name") or "").strip()
+        if which and turns and name:
+            # a default name left as it was follows the choices (without JavaScript too)
+            if name in self.default_names.values():
+                name = self.default_names[f"{which}:{turns}"]
+                c["dataset_name"] = name
+            held = dataset_turns(self.campaign.project, name)
+            if held is not None and held != turns:
+                self.add_error(
+                    "dataset_name",
+                    f"The dataset {name!r} holds {TURNS_NAME[held]} and a version adds to its "
+                    f"latest one's steps: {TURNS_NAME[turns]} go into a dataset of their own. "
+                    "Give another name.",
+                )
         if which:
             self.trajectory_ids = service.slot_trajectory_ids(self.campaign, which)
             if not self.trajectory_ids:
-                words = {"success": "successful ", "failed": "failed ", "all": ""}[which]
-                self.add_error("which", f"This campaign has no {words}episode yet.")
+                self.add_error("which", f"This campaign has no {NO_EPISODE_WORDS[which]}.")
         return c
+
+
+def dataset_turns(project: Project, name: str) -> str | None:
+    """The turns ("agent" or "wm") the latest version of the project's dataset `name` was
+    made of, as its source says; None when there is no such dataset or it does not say."""
+    source = (
+        DatasetVersion.objects.filter(dataset__project=project, dataset__name=name)
+        .order_by("-number")
+        .values_list("source", flat=True)
+        .first()
+    )
+    return turns_of_source(source or "")

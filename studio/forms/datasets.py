@@ -80,6 +80,30 @@ class AddStepForm(forms.Form):
     confirm = forms.BooleanField(required=False)
 
 
+# how a version made of episodes' steps starts its source (studio.services.episode_selection)
+SOURCE_TURNS = (("agent turns", "agent"), ("world-model turns", "wm"))
+
+
+def turns_of_source(source: str) -> str | None:
+    """ "agent" or "wm" for a version whose source says it was made of agent turns or
+    world-model turns; None when it does not say."""
+    for words, turns in SOURCE_TURNS:
+        if source.startswith(words):
+            return turns
+    return None
+
+
+def export_initial(version: Any) -> dict[str, str]:
+    """The export form's first choices for `version`: its own turns in TRL prompt-completion
+    rows (agent-turns or wm-turns) when its source says which, else the benchmark rows."""
+    turns = turns_of_source(str(getattr(version, "source", "") or ""))
+    if turns == "agent":
+        return {"format": "agent-turns", "turns": "agent"}
+    if turns == "wm":
+        return {"format": "wm-turns", "turns": "wm"}
+    return {"format": "agentworldbench", "turns": "wm"}
+
+
 class ExportForm(forms.Form):
     format = forms.ChoiceField(choices=[(k, v.label) for k, v in FORMATS.items()])
     turns = forms.ChoiceField(

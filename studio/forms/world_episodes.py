@@ -12,7 +12,7 @@ from studio.services.episode_selection import MAX_EPISODES, NAME_CHARS, TURNS
 
 class WorldEpisodesForm(forms.Form):
     group = forms.ChoiceField(
-        required=False, choices=[("client", "by client"), ("token", "by token")], label="Group"
+        required=False, choices=[("token", "by token"), ("client", "by client")], label="Group"
     )
     window = forms.IntegerField(
         required=False,
@@ -51,7 +51,7 @@ class WorldEpisodesForm(forms.Form):
         """The cleaned options (defaults for those not given); call after is_valid()."""
         data = self.cleaned_data
         return service.Filters(
-            group=data.get("group") or "client",
+            group=data.get("group") or "token",
             window=data.get("window") or service.DEFAULT_WINDOW,
             average=data.get("average") or service.DEFAULT_AVERAGE,
             x=data.get("x") or "number",

@@ -14,7 +14,10 @@ success, end cause, steps and tokens, and the campaign its counters and progress
 
 Cancel (the campaign's `cancel_requested`, read by its monitor): episodes in flight end with
 cause "cancelled" and their slots are CANCELLED; the slots that ended are kept. A campaign
-whose task time is nearly up hands the rest to a new message of itself."""
+whose task time is nearly up hands the rest to a new message of itself. A campaign ends
+SUCCEEDED when one slot at least ended without an error (its failed slots are counted), FAILED
+when every one failed ("every episode failed; the first error: ...": Resume plays them again)
+or when it could not run at all."""
 
 from __future__ import annotations
 
@@ -100,10 +103,31 @@ def run_campaign(campaign_id: int, message_id: str = "") -> None:
     if not mine.exists():
         log.warning("campaign %s ended elsewhere meanwhile; this worker leaves it", campaign.pk)
         return
+    if status == JobStatus.SUCCEEDED:
+        first_error = every_slot_failed(campaign)
+        if first_error is not None:
+            status = JobStatus.FAILED
+            error = f"every episode failed; the first error: {first_error}"
     phase = {"succeeded": "done", "cancelled": "cancelled"}.get(str(status), "failed")
     if status == JobStatus.SUCCEEDED:
         counters["progress"] = 1.0
     finish(Campaign, campaign.pk, status, phase=phase, error=error, **counters)
+
+
+def every_slot_failed(campaign: Campaign) -> str | None:
+    """The first failed slot's error when no slot of the campaign ended without an error and
+    one failed; else None (the campaign succeeded: its failed slots are counted and shown)."""
+    slots = CampaignEpisode.objects.filter(campaign_id=campaign.pk)
+    if slots.filter(status=SlotStatus.DONE).exists():
+        return None
+    first = (
+        slots.filter(status=SlotStatus.FAILED)
+        .order_by(F("finished_at").asc(nulls_last=True), "pk")
+        .first()
+    )
+    if first is None:
+        return None
+    return first.error.strip() or "(the slot recorded no error text)"
 
 
 def slot_counters(campaign: Campaign) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """A judge job in the worker: score each simulated step of its target with the judge model,
 `concurrency` requests at a time in threads that only call the judge; this thread writes each
 step's judgement the moment it is in, so a worker that dies loses no finished judgement and a
-retried job skips the steps it already judged."""
+retried job skips the steps it already judged. A judge whose server cannot be reached fails the
+job after its first few steps (UNREACHABLE_AFTER), saying so, instead of trying every step."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ from studio.models import JobStatus, JudgeJob, StepJudgement
 from studio.services.judging import JudgeItem, items_for, judged_steps, target_steps
 
 log = logging.getLogger(__name__)
+
+# Steps in a row whose every attempt failed to reach the judge's server (refused, unknown host),
+# before any step of the job was judged, that end the job: the rest would fail the same way.
+UNREACHABLE_AFTER = 3
 
 
 class JudgingError(Exception):
@@ -68,6 +73,28 @@ def _save(job: JudgeJob, item: JudgeItem, out: dict[str, Any]) -> bool:
     return ok
 
 
+def _unreachable_message(
+    job: JudgeJob, why: str, attempts: int, judged: int, tried: int, left: int
+) -> str:
+    """Why a job stopped early: its judge's server could not be reached. `judged` of the
+    `tried` steps were judged (only a step in flight when it stopped can have been), `left`
+    were not tried."""
+    where = f"the judge model {job.judge_model!r} at {job.judge_base_url}"
+    times = {1: "once", 2: "twice"}.get(attempts, f"{attempts} times")
+    rest = f"; the other {left} not tried" if left else ""
+    if not judged:
+        return (
+            f"{where} cannot be reached: {why}. No step was judged ({tried} "
+            f"step{'s' if tried != 1 else ''} tried, {times} each{rest}). "
+            "Resume the job once the server answers."
+        )
+    return (
+        f"{where} could not be reached for {UNREACHABLE_AFTER} steps in a row ({why}), so the "
+        f"job stopped: {judged} of the {tried} steps tried were judged{rest}. "
+        "Resume the job once the server answers."
+    )
+
+
 def run_judge_job(job_id: int, message_id: str = "") -> None:
     """The body of the Celery task: claim, judge what is left, and end in a final state, or,
     when the task's time is nearly up, hand the rest to a new message of itself (as an
@@ -91,6 +118,13 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
             judge = _judge(job)
             done = done_before
             judged_now = 0
+            tried = 0
+            # Until a step is judged, a run of steps that never reached the server ends the job.
+            any_judged = StepJudgement.objects.filter(job_id=job.pk, ok=True).exists()
+            unreachable_run, unreachable_why, stopped = 0, "", False
+
+            def cannot_reach() -> bool:
+                return not any_judged and unreachable_run >= UNREACHABLE_AFTER
 
             def work(item: JudgeItem) -> dict[str, Any]:
                 started = time.monotonic()
@@ -101,7 +135,7 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
             in_flight: dict[Future, JudgeItem] = {}
 
             def drain_one() -> None:
-                nonlocal done, judged_now
+                nonlocal done, judged_now, tried, any_judged, unreachable_run, unreachable_why
                 finished, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
                 for future in finished:
                     item = in_flight.pop(future)
@@ -110,7 +144,15 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
                     except Exception as exc:  # noqa: BLE001 - that step fails, the job goes on
                         log.exception("judge job %s: step %s failed", job.pk, item.step.pk)
                         out = {"failed": 1.0, "error": f"{type(exc).__name__}: {exc}"}
-                    judged_now += _save(job, item, out)
+                    ok = _save(job, item, out)
+                    judged_now += ok
+                    any_judged = any_judged or ok
+                    meta = out.get("judge") or {}
+                    if meta.get("attempts") != 0:  # 0: not asked (the step had no generation)
+                        why = meta.get("unreachable") or ""
+                        unreachable_run = unreachable_run + 1 if why else 0
+                        unreachable_why = why or unreachable_why
+                    tried += 1
                     done += 1
                     monitor.set_job(progress=min(0.99, done / max(1, to_judge)))
 
@@ -121,13 +163,22 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
                     if time.monotonic() > deadline:
                         handed_over = True
                         break
-                    while len(in_flight) >= job.concurrency:
+                    while len(in_flight) >= job.concurrency and not cannot_reach():
                         drain_one()
+                    if cannot_reach():
+                        stopped = True  # the steps in flight still end and are saved
+                        break
                     in_flight[pool.submit(work, item)] = item
                 while in_flight:
                     drain_one()
             if monitor.cancel_requested:
                 status = JobStatus.CANCELLED
+            elif stopped:
+                raise JudgingError(
+                    _unreachable_message(
+                        job, unreachable_why, judge.attempts, judged_now, tried, to_judge - done
+                    )
+                )
             elif handed_over:
                 pass
             elif not StepJudgement.objects.filter(job_id=job.pk, ok=True).exists():

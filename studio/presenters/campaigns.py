@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from typing import Any
+from urllib.parse import urlencode
 
 from django.urls import reverse
 
@@ -36,6 +37,59 @@ STATUS_WORDS = {
     "failed": "Failed",
     "cancelled": "Cancelled",
 }
+# "Campaign 3 is done": the status in a sentence
+STATE_WORDS = {
+    "queued": "queued",
+    "running": "running",
+    "succeeded": "done",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+# an episode slot's status, in the words the progress line and the tables use
+SLOT_WORDS = {
+    "pending": "not played yet",
+    "running": "playing",
+    "done": "ended",
+    "failed": "failed (error)",
+    "cancelled": "cancelled",
+}
+
+
+SLOT_KEYS = ("ended", "failed", "cancelled", "running", "pending")
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """ "1 episode", "2 episodes" ("1 task", "3 tasks")."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
+def progress_view(overall: dict[str, Any], *, can_resume: bool) -> dict[str, Any]:
+    """The progress line: "5 of 8 episodes played: 3 ended, 1 failed (error), 1 cancelled
+    (Resume plays them again), 3 not played yet". An episode is played once it ended, failed
+    with an error or was cancelled; each count is said once, in the words of the tables."""
+    counts = {key: int(overall.get(key) or 0) for key in SLOT_KEYS}
+    total = int(overall.get("episodes") or 0)
+    played = counts["ended"] + counts["failed"] + counts["cancelled"]
+    parts = [{"key": "ended", "text": f"{counts['ended']} ended", "alert": False}]
+    if counts["failed"]:
+        parts.append({"key": "failed", "text": f"{counts['failed']} failed (error)", "alert": True})
+    if counts["cancelled"]:
+        more = " (Resume plays them again)" if can_resume else ""
+        parts.append(
+            {"key": "cancelled", "text": f"{counts['cancelled']} cancelled{more}", "alert": False}
+        )
+    if counts["running"]:
+        parts.append({"key": "running", "text": f"{counts['running']} playing", "alert": False})
+    if counts["pending"]:
+        parts.append(
+            {"key": "pending", "text": f"{counts['pending']} not played yet", "alert": False}
+        )
+    return {
+        "played": played,
+        "total": total,
+        "episodes_word": "episode" if total == 1 else "episodes",
+        "parts": parts,
+    }
 
 
 def status_text(campaign: Any) -> str:
@@ -92,13 +146,22 @@ def _colour(i: int) -> str:
 
 
 def _layout(height: int, x_title: str, y_title: str, **more: Any) -> dict[str, Any]:
+    """A grouped bar chart's layout: the legend (the arms) above the plot, in the top margin,
+    so the x-axis title below has the bottom to itself."""
     layout: dict[str, Any] = {
         "barmode": "group",
         "height": height,
-        "margin": {"l": 50, "r": 10, "t": 10, "b": 60},
+        "margin": {"l": 50, "r": 10, "t": 40, "b": 50},
         "xaxis": {"title": {"text": x_title}, "type": "category", "automargin": True},
-        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
-        "legend": {"orientation": "h", "title": {"text": "arm"}},
+        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero", "automargin": True},
+        "legend": {
+            "orientation": "h",
+            "title": {"text": "arm"},
+            "x": 0,
+            "xanchor": "left",
+            "y": 1.02,
+            "yanchor": "bottom",
+        },
         "showlegend": True,
     }
     layout.update(more)
@@ -159,7 +222,7 @@ def per_task_figure(
     more: dict[str, Any] = {}
     if key == "success_rate":
         more["yaxis"] = {"title": {"text": y_title}, "range": [0, 112]}
-    return {"data": data, "layout": _layout(300, "task", y_title, **more), "config": CONFIG}
+    return {"data": data, "layout": _layout(320, "task", y_title, **more), "config": CONFIG}
 
 
 def _bins(values: list[float]) -> list[tuple[float, float]]:
@@ -214,7 +277,7 @@ def reward_figure(campaign: Any, results: Any) -> dict[str, Any]:
     ]
     return {
         "data": data,
-        "layout": _layout(280, "reward (episode return)", "episodes"),
+        "layout": _layout(300, "reward (episode return)", "episodes"),
         "config": CONFIG,
     }
 
@@ -250,11 +313,12 @@ def steps_figure(campaign: Any, results: Any) -> dict[str, Any]:
         }
         for arm in sorted(counts)
     ]
-    return {"data": data, "layout": _layout(280, "steps to the end", "episodes"), "config": CONFIG}
+    return {"data": data, "layout": _layout(300, "steps to the end", "episodes"), "config": CONFIG}
 
 
 def causes_figure(campaign: Any, results: Any) -> dict[str, Any]:
-    """Why the episodes that were not a success ended, per arm."""
+    """How the episodes that were scored and not a success ended (their end cause), and the
+    episodes that failed with an error ("error"), per arm; unscored episodes are not in it."""
     names = arm_names(campaign)
     if not results.causes:
         return {}
@@ -274,7 +338,11 @@ def causes_figure(campaign: Any, results: Any) -> dict[str, Any]:
         }
         for arm in sorted(counts)
     ]
-    return {"data": data, "layout": _layout(280, "end cause", "episodes"), "config": CONFIG}
+    return {
+        "data": data,
+        "layout": _layout(300, "end cause (or error)", "episodes"),
+        "config": CONFIG,
+    }
 
 
 def episode_rows(campaign: Any, slots: list[Any]) -> list[dict[str, Any]]:
@@ -287,6 +355,7 @@ def episode_rows(campaign: Any, slots: list[Any]) -> list[dict[str, Any]]:
         out.append(
             {
                 "slot": s,
+                "status_text": SLOT_WORDS.get(s.status, s.status).capitalize(),
                 "arm_name": s.arm_name or (names[s.arm] if s.arm < len(names) else ""),
                 "reward_text": mean_text(s.reward) if s.reward is not None else "–",
                 "success_text": (
@@ -301,11 +370,31 @@ def episode_rows(campaign: Any, slots: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def campaign_view(campaign: Any, results: Any) -> dict[str, Any]:
+def campaign_view(campaign: Any, results: Any, *, can_resume: bool = False) -> dict[str, Any]:
     """Everything of the results the template shows, the figures as dicts for json_script."""
     overall = results.overall
     has_ended = bool(overall.get("ended"))
+    failed = int(overall.get("failed") or 0)
+    replaced = int(overall.get("replaced") or 0)
     return {
+        "progress": progress_view(overall, can_resume=can_resume),
+        # nothing ended and every episode failed with an error: the results say so
+        "all_failed": not has_ended and failed > 0 and failed == int(overall.get("episodes") or 0),
+        "errors": list(getattr(results, "errors", []) or [])[:5],
+        "has_cancelled": any(int(r.get("cancelled") or 0) for r in results.by_arm)
+        or bool(overall.get("cancelled")),
+        "replaced": replaced,
+        "replaced_text": (
+            f"{plural(replaced, 'earlier episode')} "
+            f"{'was' if replaced == 1 else 'were'} cancelled or failed and played again; "
+            f"{'it stays' if replaced == 1 else 'they stay'} in the library"
+        )
+        if replaced
+        else "",
+        "tag_name": f"campaign:{campaign.pk}",
+        "library_url": reverse("library", kwargs={"project_id": campaign.project_id})
+        + "?"
+        + urlencode({"tag": f"campaign:{campaign.pk}"}),
         "overall": _row_view(overall),
         "by_task": [_row_view(r) for r in results.by_task],
         "by_task_arm": [_row_view(r) for r in results.by_task_arm],

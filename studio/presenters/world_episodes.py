@@ -44,7 +44,9 @@ def _x(row: EpisodeRow, axis: str) -> Any:
 
 
 def _hover(row: EpisodeRow, group: Group) -> str:
-    outcome = {True: "success", False: "failed", None: "not scored"}[row.success]
+    outcome = {True: "success", False: "not a success", None: "not scored"}[row.success]
+    if row.cause == "error":
+        outcome = "error"  # the agent or the world model failed
     cause = CAUSES.get(row.cause or "", row.cause or "")
     lines = [
         f"<b>episode {row.number}</b> · trajectory {row.pk}",

@@ -206,6 +206,46 @@ def trajectory_tasks(project, trajectory_ids: Sequence[Any]) -> list[dict]:
 # ---- making one -----------------------------------------------------------------------------
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """ "1 episode", "2 episodes"."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def world_model_candidates(project) -> tuple[ModelEndpoint | None, list[ModelEndpoint]]:
+    """The world models a campaign's episodes can be answered by when none is chosen: the
+    project's world models that read a world's prompt (all but the retrieval baseline, which
+    answers with recorded observations), by name; and the project's default world model when it
+    is one of them (else None: the default is the retrieval baseline, or there is none)."""
+    found = list(
+        ModelEndpoint.objects.filter(project=project, role=EndpointRole.WORLD)
+        .exclude(kind="retrieval")
+        .order_by("name", "pk")
+    )
+    default = next((e for e in found if e.is_default), None)
+    return default, found
+
+
+def choose_world_model(project) -> ModelEndpoint:
+    """The world model of a campaign that names none: the project's default world model when
+    it reads a world's prompt, else the only one that does. Never a silent pick among several:
+    CampaignError names them."""
+    default, found = world_model_candidates(project)
+    if default is not None:
+        return default
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise CampaignError(
+            "world model: the project has no world model that reads a world's prompt: "
+            "add one on the Models page"
+        )
+    names = ", ".join(e.name for e in found)
+    raise CampaignError(
+        f"world model: the project has {len(found)} world models that read a world's prompt "
+        f"({names}) and none is the default: choose one"
+    )
+
+
 def _check_typed_tasks(tasks: Sequence[dict], world: World | None) -> None:
     """Typed or imported tasks against the world: their rubrics' state checks name its state
     keys, and a check that needs an expected answer has one."""
@@ -257,15 +297,7 @@ def create_campaign(project, user, data: CampaignData) -> Campaign:
         )
     world_model = data.world_model
     if world_model is None:
-        candidates = ModelEndpoint.objects.filter(project=project, role=EndpointRole.WORLD)
-        if not recorded:
-            candidates = candidates.exclude(kind="retrieval")
-        world_model = candidates.order_by("-is_default", "name").first()
-        if world_model is None:
-            raise CampaignError(
-                "world model: the project has no world model that reads a world's prompt: "
-                "add one on the Models page"
-            )
+        world_model = choose_world_model(project)
     if world_model.project_id != project.pk or world_model.role != EndpointRole.WORLD:
         raise CampaignError("world model: choose a world model of this project's Models page")
     if not recorded and world_model.kind == "retrieval":
@@ -305,8 +337,9 @@ def create_campaign(project, user, data: CampaignData) -> Campaign:
     limit = settings.STUDIO_CAMPAIGN_MAX_EPISODES
     if total > limit:
         raise CampaignError(
-            f"{len(tasks)} tasks x {episodes} episodes x {1 + len(perturbations)} arms = "
-            f"{total} episodes, more than {limit} (STUDIO_CAMPAIGN_MAX_EPISODES)"
+            f"{plural(len(tasks), 'task')} x {plural(episodes, 'episode')} x "
+            f"{plural(1 + len(perturbations), 'arm')} = {plural(total, 'episode')}, more than "
+            f"{limit} (STUDIO_CAMPAIGN_MAX_EPISODES)"
         )
     concurrency = data.concurrency or settings.STUDIO_CAMPAIGN_CONCURRENCY
     most = settings.STUDIO_CAMPAIGN_MAX_CONCURRENCY
@@ -449,6 +482,14 @@ def cost_of(tokens_in: int, tokens_out: int, price_in, price_out) -> float | Non
 
 @dataclass
 class CampaignResults:
+    """overall / by_task / by_arm / by_task_arm rows: episodes, ended (played to an end, no
+    error), failed (an error), cancelled (waiting for Resume), pending (not played yet),
+    running, scored, unscored (ended with no score), successes, success_rate (of the scored),
+    mean_reward, mean_steps; overall also has replaced (the campaign's episodes in the library
+    that no slot holds now: cancelled or failed ones played again). causes: the episodes that
+    were scored and not a success (their end cause) and the failed slots (cause "error"), per
+    arm. errors: the failed slots' distinct errors with their counts, most first."""
+
     overall: dict[str, Any]
     by_task: list[dict[str, Any]] = field(default_factory=list)
     by_arm: list[dict[str, Any]] = field(default_factory=list)
@@ -456,6 +497,7 @@ class CampaignResults:
     rewards: list[dict[str, Any]] = field(default_factory=list)
     causes: list[dict[str, Any]] = field(default_factory=list)
     models: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -463,16 +505,24 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _figures(slots: list[CampaignEpisode]) -> dict[str, Any]:
+    """One row of figures: how many slots are in each state, and what the ended ones scored.
+    ended: played to an end without an error (DONE); failed: an error ended them; cancelled:
+    waiting for Resume; pending: not played yet; running: being played."""
+    by_status: dict[str, int] = {}
+    for s in slots:
+        by_status[s.status] = by_status.get(s.status, 0) + 1
     ended = [s for s in slots if s.status == SlotStatus.DONE]
-    failed = [s for s in slots if s.status == SlotStatus.FAILED]
     scored = [s for s in ended if s.success is not None]
     successes = sum(1 for s in scored if s.success)
     return {
         "episodes": len(slots),
         "ended": len(ended),
-        "failed": len(failed),
-        "pending": len(slots) - len(ended) - len(failed),
+        "failed": by_status.get(SlotStatus.FAILED, 0),
+        "cancelled": by_status.get(SlotStatus.CANCELLED, 0),
+        "pending": by_status.get(SlotStatus.PENDING, 0),
+        "running": by_status.get(SlotStatus.RUNNING, 0),
         "scored": len(scored),
+        "unscored": len(ended) - len(scored),
         "successes": successes,
         "success_rate": successes / len(scored) if scored else None,
         "mean_reward": _mean([s.reward for s in ended if s.reward is not None]),
@@ -480,10 +530,44 @@ def _figures(slots: list[CampaignEpisode]) -> dict[str, Any]:
     }
 
 
+def _spec_of(campaign: Campaign) -> Any:
+    version = campaign.world_version
+    if campaign.source == CampaignSource.TRAJECTORIES or version is None:
+        return None
+    try:
+        return version.spec()
+    except ValueError:
+        return None
+
+
+def scored_by(campaign: Campaign, task: dict[str, Any], spec: Any = None) -> str:
+    """What scores a task's episodes a success or not: "task" (its own rubric), "world" (the
+    world's rubric), or "" (no episode check applies: its episodes are "not scored"). As
+    `studio.services.rewards.plan_of` reads it: a check that needs an expected answer or
+    success criteria applies only when the task has them."""
+    spec = spec if spec is not None else _spec_of(campaign)
+    if spec is None:
+        return ""
+    try:
+        found = spec.task(str(task.get("id") or "")) if campaign.source == "world" else None
+        if found is None:
+            fields = {k: task[k] for k in TASK_KEYS if k in task}
+            (found,) = rubrics.read_tasks([fields], "task")
+    except (rubrics.RubricError, ValueError):
+        return ""
+    rubric = found.rubric if found.rubric is not None else spec.rubric
+    kept = rubrics.applicable(
+        rubric, expected=found.expected, success_criteria=found.success_criteria
+    )
+    if not kept.episode:
+        return ""
+    return "task" if found.rubric is not None else "world"
+
+
 def results(campaign: Campaign) -> CampaignResults:
     """What the campaign's slots add up to: overall, per task, per arm, per task and arm;
-    one row per ended slot; the causes of the episodes that were no success; tokens and
-    cost per model."""
+    one row per ended slot; the causes of the episodes that were scored and no success, and of
+    the failed ones; the failed ones' errors; tokens and cost per model."""
     slots = list(campaign.episodes.all())
     tasks = campaign.tasks or []
     arm_names = [
@@ -491,6 +575,7 @@ def results(campaign: Campaign) -> CampaignResults:
         *[str(a.get("name") or f"arm {i + 1}") for i, a in enumerate(campaign.arms or [])],
     ]
     out = CampaignResults(overall=_figures(slots))
+    spec = _spec_of(campaign)
     for t, task in enumerate(tasks):
         of_task = [s for s in slots if s.task_index == t]
         out.by_task.append(
@@ -498,6 +583,7 @@ def results(campaign: Campaign) -> CampaignResults:
                 "task_index": t,
                 "task_id": str(task.get("id") or ""),
                 "instruction": str(task.get("instruction") or ""),
+                "scored_by": scored_by(campaign, task, spec),
                 **_figures(of_task),
             }
         )
@@ -516,6 +602,7 @@ def results(campaign: Campaign) -> CampaignResults:
             {"arm": arm, "arm_name": arm_name, **_figures([s for s in slots if s.arm == arm])}
         )
     causes: dict[tuple[str, str], int] = {}
+    errors: dict[str, int] = {}
     for s in slots:
         if s.status == SlotStatus.DONE:
             out.rewards.append(
@@ -530,13 +617,23 @@ def results(campaign: Campaign) -> CampaignResults:
                     "end_cause": s.end_cause,
                 }
             )
-        if (s.status == SlotStatus.DONE and s.success is not True) or s.status == SlotStatus.FAILED:
+        # not a success: scored below 1, or an error; an unscored episode is neither
+        if (s.status == SlotStatus.DONE and s.success is False) or s.status == SlotStatus.FAILED:
             cause = "error" if s.status == SlotStatus.FAILED else (s.end_cause or "unknown")
             causes[(cause, s.arm_name)] = causes.get((cause, s.arm_name), 0) + 1
+        if s.status == SlotStatus.FAILED:
+            message = s.error.strip() or "(no error text)"
+            errors[message] = errors.get(message, 0) + 1
     out.causes = [
         {"cause": cause, "count": count, "arm_name": arm_name}
         for (cause, arm_name), count in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))
     ]
+    out.errors = [
+        {"error": message, "count": count}
+        for message, count in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    current = {s.trajectory_id for s in slots if s.trajectory_id}
+    out.overall["replaced"] = campaign_trajectories(campaign).exclude(pk__in=current).count()
     agent, world = campaign.agent_endpoint, campaign.world_endpoint
     out.models = [
         {

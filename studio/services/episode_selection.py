@@ -119,7 +119,7 @@ def queue_from_episodes(
     """An annotation queue (one annotator per item) of the steps of those episodes, episode
     by episode (oldest first), each episode's steps in order (a submitted answer's step
     too: the reviewer sees the answer). `origin`: where the episodes were chosen, in words for the queue's description (e.g.
-    "from world Northwind's chart")."""
+    "from a selection on the page of world 'Northwind'")."""
     name = _name(name, "queue")
     ids = episode_ids_in(project, trajectory_ids)
     branches = _root_branches(ids)

@@ -1,7 +1,7 @@
 """The episodes played in a world, over time: what its page charts (reward per episode and
-its moving average, success rate, steps per episode), grouped by the client that played them
-or by the API token (a training run is one token; a campaign is one token, client
-"campaign"), over a window of the latest episodes, with the counts beside the charts.
+its moving average, success rate, steps per episode), grouped by the API token that played
+them (the default: a training run is one token; a campaign is one token, client "campaign")
+or by the client, over a window of the latest episodes, with the counts beside the charts.
 
 What is read: every episode trajectory of the world's project whose metadata names the world
 (`metadata["world"]["id"]`, as `studio.services.simulation.trajectory_world_label` reads it),
@@ -32,7 +32,7 @@ from django.db.models import Avg, Count, Q, QuerySet
 
 from inference import rubrics
 from inference.rubrics import Check
-from studio.models import Trajectory, World, WorldVersion
+from studio.models import ApiToken, Campaign, Trajectory, World, WorldVersion
 from studio.services import episode_library
 from studio.services.rewards import plan_of
 
@@ -50,10 +50,11 @@ SUCCESS_AT = 1.0 - 1e-9  # a weighted mean of 1s read back through JSON
 
 @dataclass(frozen=True)
 class Filters:
-    """What the page shows: grouped by client or token, the latest `window` episodes, the
-    moving average over `average` episodes, narrowed by client, token, task and state."""
+    """What the page shows: grouped by token (the default) or client, the latest `window`
+    episodes, the moving average over `average` episodes, narrowed by client, token, task
+    and state."""
 
-    group: str = "client"
+    group: str = "token"
     window: int = DEFAULT_WINDOW
     average: int = DEFAULT_AVERAGE
     x: str = "number"
@@ -70,7 +71,7 @@ class Filters:
     def query(self) -> dict[str, str]:
         """The filters as query parameters (defaults left out), for links and polling."""
         values = {
-            "group": self.group if self.group != "client" else "",
+            "group": self.group if self.group != "token" else "",
             "window": str(self.window) if self.window != DEFAULT_WINDOW else "",
             "average": str(self.average) if self.average != DEFAULT_AVERAGE else "",
             "x": self.x if self.x != "number" else "",
@@ -402,23 +403,66 @@ def world_episodes(world: World, filters: Filters | None = None) -> WorldEpisode
     return WorldEpisodes(filters, rows, ordered, counts, window)
 
 
+def token_choices(world: World) -> list[tuple[str, str]]:
+    """What the Token filter offers, by name: every API token that played an episode in
+    this world (a revoked token says so; one deleted since, by the name its episodes
+    recorded) and every active token of the project, which may play here next (a
+    campaign's own token only where its campaign plays this world). Three small queries,
+    so a page that polls reads them again with its data."""
+    played: dict[int, str] = {}
+    rows = (
+        episodes_of(world)
+        .order_by()
+        .values_list("metadata__episode__token_id", "metadata__episode__token")
+        .distinct()
+    )
+    for token_id, name in rows:
+        if isinstance(token_id, int) and not isinstance(token_id, bool):
+            played.setdefault(token_id, str(name or f"token {token_id}"))
+    elsewhere = set(
+        Campaign.objects.filter(project_id=world.project_id, token__isnull=False)
+        .exclude(world_id=world.pk)
+        .values_list("token_id", flat=True)
+    )
+    tokens = (
+        ApiToken.objects.filter(project_id=world.project_id)
+        .filter(Q(pk__in=list(played)) | Q(revoked_at__isnull=True))
+        .values_list("pk", "name", "revoked_at")
+    )
+    labels: dict[int, str] = {}
+    for pk, name, revoked_at in tokens:
+        if pk in elsewhere and pk not in played:
+            continue  # another world's campaign: it never plays here
+        labels[pk] = f"{name} (revoked)" if revoked_at is not None else name
+    for pk, name in played.items():
+        labels.setdefault(pk, f"{name} (deleted)")
+    return sorted(((str(pk), label) for pk, label in labels.items()), key=lambda kv: kv[1].lower())
+
+
+def live_signature(data: WorldEpisodes, table: Sequence[EpisodeRow], tokens: Sequence) -> str:
+    """Changes whenever anything the page's live part shows does: the charts and counts
+    (`WorldEpisodes.signature`), the latest-episodes table and the tokens to filter by."""
+    parts = [
+        data.signature(),
+        [(r.pk, r.number, r.status, r.steps, r.reward, r.success, r.cause) for r in table],
+        list(tokens),
+    ]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
 def choices_of(world: World) -> dict[str, list[tuple[str, str]]]:
-    """What the filters offer: the clients, tokens and tasks the world's episodes name."""
+    """What the filters offer: the clients the world's episodes name, the tokens of
+    `token_choices` and the tasks of the world and of its episodes."""
     clients: dict[str, str] = {}
-    tokens: dict[str, str] = {}
     tasks: set[str] = set()
     rows = (
         episodes_of(world)
         .order_by("-created_at", "-id")
-        .values_list(
-            "metadata__episode__client", "metadata__episode__token_id", "metadata__episode__token"
-        )[:MAX_WINDOW]
+        .values_list("metadata__episode__client", flat=True)[:MAX_WINDOW]
     )
-    for client, token_id, token in rows:
+    for client in rows:
         if client:
             clients[str(client)] = CLIENT_WORDS.get(str(client), str(client))
-        if isinstance(token_id, int) and not isinstance(token_id, bool):
-            tokens.setdefault(str(token_id), str(token or f"token {token_id}"))
     spec_rows = world.versions.order_by("-number").first()
     if spec_rows is not None:
         try:
@@ -432,6 +476,6 @@ def choices_of(world: World) -> dict[str, list[tuple[str, str]]]:
             tasks.add(str(task_id))
     return {
         "clients": sorted(clients.items(), key=lambda kv: kv[1].lower()),
-        "tokens": sorted(tokens.items(), key=lambda kv: kv[1].lower()),
+        "tokens": token_choices(world),
         "tasks": [(t, t) for t in sorted(tasks)],
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.db.models import Count, Q
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -17,7 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from inference.simulation.request import InvalidRequest
-from studio.access import get_project_for_user
+from studio.access import get_project_for_user, require_edit
 from studio.forms.campaigns import CampaignDatasetForm, CampaignForm, CampaignQueueForm
 from studio.forms.judging import JudgeForm
 from studio.forms.refusals import show_refusal
@@ -30,6 +31,7 @@ from studio.models import (
     JudgeTarget,
     Membership,
     ModelEndpoint,
+    SlotStatus,
 )
 from studio.presenters import campaigns as present
 from studio.services import campaigns as service
@@ -39,9 +41,10 @@ from studio.services.job_limits import TooManyJobs
 from studio.tasks import enqueue_campaign, enqueue_judging
 
 MAX_EPISODE_ROWS = 1000  # the episodes table; the figures count every episode
+ANNOTATOR_REFUSAL = "Annotators can see campaigns and their results but not run them."
 # which episodes a queue or dataset was made of, in its description
 WHICH_WORDS = {
-    "failed": "the failed ones",
+    "failed": "those not a success or failed with an error",
     "success": "the successful ones",
     "all": "all of them",
 }
@@ -51,15 +54,26 @@ def _get_campaign_for_user(
     request: HtmxHttpRequest, pk: int, *, edit: bool = False
 ) -> tuple[Campaign, Membership]:
     campaign = get_object_or_404(Campaign.objects.select_related("project"), pk=pk)
-    _, membership = get_project_for_user(request, campaign.project_id, edit=edit)
+    _, membership = get_project_for_user(request, campaign.project_id)
+    if edit:
+        require_edit(membership, ANNOTATOR_REFUSAL)
     return campaign, membership
 
 
 def campaign_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id)
-    campaigns = list(Campaign.objects.filter(project=project)[:200])
+    slots = {
+        key: Count("episodes", filter=Q(episodes__status=status))
+        for key, status in (
+            ("n_ended", SlotStatus.DONE),
+            ("n_failed", SlotStatus.FAILED),
+            ("n_cancelled", SlotStatus.CANCELLED),
+        )
+    }
+    campaigns = list(Campaign.objects.filter(project=project).annotate(**slots)[:200])
     for c in campaigns:
         c.status_text = present.status_text(c)  # type: ignore[attr-defined]
+        c.played = c.n_ended + c.n_failed + c.n_cancelled  # type: ignore[attr-defined]
     return render(
         request,
         "campaigns/list.html",
@@ -74,7 +88,8 @@ def campaign_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def campaign_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
-    project, membership = get_project_for_user(request, project_id, edit=True)
+    project, membership = get_project_for_user(request, project_id)
+    require_edit(membership, ANNOTATOR_REFUSAL)
     form = CampaignForm(
         request.POST if request.method == "POST" else None,
         request.FILES if request.method == "POST" else None,
@@ -96,7 +111,8 @@ def campaign_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
                 enqueue_campaign(campaign)
                 messages.success(
                     request,
-                    f"Started campaign {campaign.name!r}: {campaign.episodes_total} episodes.",
+                    f"Started campaign {campaign.name!r}: "
+                    f"{present.plural(campaign.episodes_total, 'episode')}.",
                 )
                 return redirect("campaign_page", campaign_id=campaign.pk)
     return render(
@@ -174,7 +190,8 @@ def _campaign_context(
     judge_job = (
         JudgeJob.objects.filter(pk=campaign.judge_job_id).first() if campaign.judge_job_id else None
     )
-    view = present.campaign_view(campaign, results)
+    can_resume = campaign.status in ("failed", "cancelled")
+    view = present.campaign_view(campaign, results, can_resume=can_resume)
     return {
         "project": campaign.project,
         "membership": membership,
@@ -183,7 +200,7 @@ def _campaign_context(
         "can_edit": membership.can_edit,
         "status_text": present.status_text(campaign),
         "can_cancel": not campaign.is_finished,
-        "can_resume": campaign.status in ("failed", "cancelled"),
+        "can_resume": can_resume,
         "episodes": present.episode_rows(campaign, slots),
         "episodes_shown": len(slots),
         "judge_job": judge_job,
@@ -199,6 +216,10 @@ def campaign_page(request: HtmxHttpRequest, campaign_id: int) -> HttpResponse:
     context = _campaign_context(campaign, membership)
     if request.htmx:
         html = render_to_string("campaigns/campaign.html#live", context, request=request)
+        # the campaign's error sits at the top of the page, outside the part polled
+        html += render_to_string(
+            "campaigns/campaign.html#top", {**context, "oob": True}, request=request
+        )
         return HttpResponseStopPolling(html) if context["done"] else HttpResponse(html)
     return render(request, "campaigns/campaign.html", context)
 
@@ -230,11 +251,15 @@ def campaign_resume(request: HtmxHttpRequest, campaign_id: int) -> HttpResponse:
         messages.success(
             request, "Resumed: the episodes not played to the end are played; the others kept."
         )
+    elif campaign.status in ("failed", "cancelled"):
+        messages.error(
+            request, f"Campaign {campaign.pk} has nothing to resume: every episode of it ended."
+        )
     else:
         messages.error(
             request,
-            f"Campaign {campaign.pk} is {present.status_text(campaign).lower()}: only a failed "
-            "or cancelled campaign resumes.",
+            f"Campaign {campaign.pk} is {present.STATE_WORDS.get(campaign.status, campaign.status)}"
+            ": only a failed or cancelled campaign resumes.",
         )
     return redirect("campaign_page", campaign_id=campaign.pk)
 
@@ -288,7 +313,13 @@ def _invalid_action(
     membership: Membership,
     **forms: Any,
 ) -> HttpResponse:
-    """The campaign's page again with the action's form and its errors (status 400)."""
+    """The campaign's page again with the action's form and its errors (status 400): each
+    error next to its field and summed up above the form's button (static/js/campaigns.js
+    scrolls it into view), and at the top of the page (the messages) too."""
+    what = "queue" if "queue_form" in forms else "dataset version"
+    for form in forms.values():
+        problems = " ".join(str(m) for errors in form.errors.values() for m in errors)
+        messages.error(request, f"The {what} was not made: {problems}")
     context = _campaign_context(campaign, membership, **forms)
     return render(request, "campaigns/campaign.html", context, status=400)
 

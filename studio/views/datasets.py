@@ -16,7 +16,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from studio.access import get_project_for_user, get_step_for_user, signed_in_user
 from studio.exports.formats import FORMATS
-from studio.forms.datasets import AddStepForm, DatasetForm, ExportForm
+from studio.forms.datasets import AddStepForm, DatasetForm, ExportForm, export_initial
 from studio.http import HtmxHttpRequest, back_url, streaming_response
 from studio.models import (
     Dataset,
@@ -124,7 +124,7 @@ def dataset_detail(request: HtmxHttpRequest, dataset_id: int) -> HttpResponse:
             "hidden_note": blindness.note(hidden_ids),
             "versions_hidden_note": blindness.note(hidden_all),
             "formats": FORMATS,
-            "export_form": ExportForm(),
+            "export_form": ExportForm(initial=export_initial(chosen)),
             "can_edit": membership.can_edit,
         },
     )

@@ -27,7 +27,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from studio.access import get_branch_for_user, get_step_for_user, get_trajectory_for_user
 from studio.http import HtmxHttpRequest, streaming_response
-from studio.models import Branch, BranchOrigin, Step, Trajectory
+from studio.models import Branch, BranchOrigin, Campaign, Step, Trajectory
 from studio.presenters.episode_rewards import annotate_steps, episode_summary
 from studio.presenters.model_colours import colour_map
 from studio.rendering import render_observation
@@ -99,6 +99,39 @@ def step_window(branch: Branch, start: int, size: int) -> QuerySet[Step]:
     )
 
 
+def no_model_asked(step: Step) -> str:
+    """What wrote a simulated step's observation when no world model was asked (its meta
+    says `model_call: false`: a deterministic perturbation answered in the model's place),
+    in words for its header ("perturbation Disk full: no model was asked"); "" when a model
+    was asked, or the step is recorded or has no observation (the submit action's)."""
+    meta = step.meta if isinstance(step.meta, dict) else {}
+    if meta.get("model_call") is not False or step.observation_source in ("recorded", "none"):
+        return ""
+    perturbation = meta.get("perturbation")
+    if isinstance(perturbation, dict):
+        name = perturbation.get("label") or perturbation.get("name") or perturbation.get("kind")
+        if name:
+            return f"perturbation {name}: no model was asked"
+    return "no model was asked"
+
+
+def campaign_of(trajectory: Trajectory) -> dict | None:
+    """The campaign that played this episode (`metadata["campaign"]`), with its name now,
+    when it is still one of the trajectory's project's; else None."""
+    found = (trajectory.metadata or {}).get("campaign")
+    if not isinstance(found, dict):
+        return None
+    pk = found.get("id")
+    if isinstance(pk, bool) or not isinstance(pk, int):
+        return None
+    row = (
+        Campaign.objects.filter(pk=pk, project_id=trajectory.project_id)
+        .values("pk", "name")
+        .first()
+    )
+    return {"id": row["pk"], "name": row["name"]} if row else None
+
+
 def _name_models(
     trajectory: Trajectory,
     branch: Branch,
@@ -118,8 +151,13 @@ def _name_models(
     step_jobs = [job_of_step(step, branch_jobs) for step in steps]
     identities = identities_of_jobs([*step_jobs, *branch_jobs.values(), branch.job_id])
     for step in steps:
+        unasked = no_model_asked(step)
+        # no model answered: none is named (its job's model ran the job's other steps)
+        step.unasked = unasked  # type: ignore[attr-defined]
         # its job's model, else (a served episode step, no job) the one its meta records
-        step.identity = identity_of_step(step, branch_jobs, identities)  # type: ignore[attr-defined]
+        step.identity = (  # type: ignore[attr-defined]
+            None if unasked else identity_of_step(step, branch_jobs, identities)
+        )
     for b in branches or ():
         b.identity = identities.get(b.job_id) if b.job_id else None  # type: ignore[attr-defined]
     return {
@@ -170,6 +208,7 @@ def trajectory_page(request: HtmxHttpRequest, trajectory_id: int) -> HttpRespons
         "total_steps": total,
         "jump": jump,
         "tags": list(trajectory.tags.all()),
+        "campaign": campaign_of(trajectory) if trajectory.source_format == "episode" else None,
         "episode_summary": episode_summary(trajectory),
         # a running episode's root grows: the page polls `trajectory_live` for its new steps
         "episode_live": branch.is_root

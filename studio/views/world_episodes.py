@@ -1,12 +1,13 @@
 """A world's page: the episodes played in it over time, live (reward, success rate, steps per
-episode, grouped by client or token), and a selection of them made into an annotation queue
+episode, grouped by token or client), and a selection of them made into an annotation queue
 or a dataset. Every member of the world's project sees it; only those who can edit
 (researchers, admins) make queues and datasets of a selection.
 
-The page polls its "live" part (`?part=live`, every few seconds): the counts and the
-figures' JSON, or 204 when nothing changed since the signature the page sent (`since`), so
-an idle world costs one small query set a poll. `static/js/world_episodes.js` redraws the
-charts with Plotly.react."""
+The page polls its "live" part (`?part=live`, every few seconds): the counts, the figures'
+JSON, the tokens to filter by and (out of band) the latest-episodes table, or 204 when
+nothing changed since the signature the page sent (`since`), so an idle world costs one
+small query set a poll. `static/js/world_episodes.js` redraws the charts with Plotly.react,
+keeps the table's ticked episodes ticked and the token filter's list current."""
 
 from __future__ import annotations
 
@@ -55,8 +56,9 @@ def _campaign_url(project_id: int, world_id: int) -> str | None:
 
 def _given_choices(request: HtmxHttpRequest) -> dict[str, list[tuple[str, str]]]:
     """The token and task the request names, as the only choices: a polled part reads
-    the filters the page already validated, without listing the world's tokens and tasks
-    again every few seconds (a token that is no whole number is still refused)."""
+    the filters the page already validated (a token that is no whole number is still
+    refused), so a token or task the page offered stays its filter however the lists
+    change."""
     token, task = request.GET.get("token", ""), request.GET.get("task_id", "")
     return {
         "tokens": [(token, token)] if token else [],
@@ -66,47 +68,66 @@ def _given_choices(request: HtmxHttpRequest) -> dict[str, list[tuple[str, str]]]
 
 def _read(
     request: HtmxHttpRequest, world: World, *, part: str = ""
-) -> tuple[WorldEpisodesForm, service.Filters]:
+) -> tuple[WorldEpisodesForm, service.Filters, list[tuple[str, str]] | None]:
+    """The form, its filters and (the whole page) the tokens its filter lists."""
     choices = _given_choices(request) if part else service.choices_of(world)
     form = WorldEpisodesForm(request.GET or None, choices=choices)
+    tokens = None if part else choices["tokens"]
     if form.is_bound and not form.is_valid():
-        return form, service.Filters()
+        return form, service.Filters(), tokens
     if not form.is_bound:
         form.cleaned_data = {}
-    return form, form.filters()
+    return form, form.filters(), tokens
 
 
-def _live_context(world: World, filters: service.Filters) -> dict:
+def _table(
+    world: World, filters: service.Filters, data: service.WorldEpisodes
+) -> list[service.EpisodeRow]:
+    """The latest episodes for the table, newest first: the latest of the charts' window
+    when it holds as many, else read on their own."""
+    if filters.window >= TABLE_ROWS:
+        return list(reversed(data.rows))[:TABLE_ROWS]
+    shown = service.world_episodes(
+        world, service.Filters(**{**filters.__dict__, "window": TABLE_ROWS})
+    )
+    return list(reversed(shown.rows))
+
+
+def _live_context(
+    world: World, filters: service.Filters, tokens: list[tuple[str, str]] | None = None
+) -> dict:
+    """What the live part shows: the counts and figures, the table and the tokens to filter
+    by (`tokens`: read already), under one signature (`service.live_signature`)."""
     data = service.world_episodes(world, filters)
-    return {"data": data, "figures": figures(data, _trajectory_url)}
+    table = _table(world, filters, data)
+    if tokens is None:
+        tokens = service.token_choices(world)
+    figs = figures(data, _trajectory_url)
+    figs["signature"] = service.live_signature(data, table, tokens)
+    return {"data": data, "figures": figs, "table": table, "tokens": tokens, "filters": filters}
 
 
 @require_GET
 def world_page(request: HtmxHttpRequest, world_id: int) -> HttpResponse:
     world, membership = _get_world_for_user(request, world_id)
     part = request.GET.get("part", "")
-    form, filters = _read(request, world, part=part)
+    if part and part != "live":
+        raise Http404(f"no part {part!r} of the world page (live)")
+    form, filters, tokens = _read(request, world, part=part)
     query = urlencode(filters.query())
     live_url = f"{reverse('world_page', args=[world.pk])}?{query + '&' if query else ''}part=live"
+    live = _live_context(world, filters, tokens)
+    common = {
+        "world": world,
+        "can_edit": membership.can_edit,
+        "campaign_url": _campaign_url(world.project_id, world.pk),
+        "table_rows": TABLE_ROWS,
+        **live,
+    }
     if part == "live":
-        live = _live_context(world, filters)
         if request.GET.get("since") == live["figures"]["signature"]:
             return HttpResponse(status=204)  # nothing new: htmx swaps nothing
-        return render(request, "worlds/world.html#live", {"world": world, **live})
-    if part == "table":
-        return render(
-            request,
-            "worlds/world.html#table",
-            {
-                "world": world,
-                "table": _table(world, filters),
-                "filters": filters,
-                "can_edit": membership.can_edit,
-            },
-        )
-    if part:
-        raise Http404(f"no part {part!r} of the world page (live, table)")
-    live = _live_context(world, filters)
+        return render(request, "worlds/world.html#poll", common)
     # the library's source filter offers the formats the project holds: "episode" once any
     where: dict[str, int | str] = {"world": world.pk}
     if live["data"].counts["episodes"] or service.episodes_of(world).exists():
@@ -116,32 +137,24 @@ def world_page(request: HtmxHttpRequest, world_id: int) -> HttpResponse:
         request,
         "worlds/world.html",
         {
+            **common,
             "project": world.project,
             "membership": membership,
-            "can_edit": membership.can_edit,
-            "world": world,
             "latest": world.latest,
             "form": form,
-            "filters": filters,
             "live_url": live_url,
-            "table_url": live_url.replace("part=live", "part=table"),
             "poll_ms": POLL_MS,
             "library_url": library,
-            "campaign_url": _campaign_url(world.project_id, world.pk),
-            "table": _table(world, filters),
             "queue_form": SelectionQueueForm(),
             "dataset_form": SelectionDatasetForm(),
-            **live,
         },
     )
 
 
-def _table(world: World, filters: service.Filters) -> list[service.EpisodeRow]:
-    """The latest episodes for the table, newest first."""
-    shown = service.world_episodes(
-        world, service.Filters(**{**filters.__dict__, "window": TABLE_ROWS})
-    )
-    return list(reversed(shown.rows))
+def _origin(world: World) -> str:
+    """Where a selection was made, in the words of the queue's description or the dataset
+    version's source."""
+    return f"from a selection on the page of world '{world.name}'"
 
 
 def _selection_post(request: HtmxHttpRequest, world_id: int, form_class):
@@ -171,7 +184,7 @@ def world_episode_queue(request: HtmxHttpRequest, world_id: int) -> HttpResponse
             ids,
             form.cleaned_data["name"],
             blind=form.cleaned_data.get("blind", False),
-            origin=f"chosen on world {world.name!r}'s page",
+            origin=_origin(world),
         )
     except episode_selection.SelectionError as exc:
         messages.error(request, f"No queue made: {exc}")
@@ -195,7 +208,7 @@ def world_episode_dataset(request: HtmxHttpRequest, world_id: int) -> HttpRespon
             ids,
             form.cleaned_data["name"],
             turns=form.cleaned_data["turns"],
-            origin=f"chosen on world {world.name!r}'s page",
+            origin=_origin(world),
         )
     except episode_selection.SelectionError as exc:
         messages.error(request, f"No dataset made: {exc}")

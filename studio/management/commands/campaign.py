@@ -32,6 +32,7 @@ from studio.models import (
     Project,
     World,
 )
+from studio.services.campaigns import plural
 
 
 def _fmt(value: Any, *, percent: bool = False) -> str:
@@ -57,7 +58,10 @@ class Command(BaseCommand):
         tasks.add_argument("--task-ids", help="some of the world's tasks: id,id,...")
         run.add_argument("--agent-model", required=True, help="an agent model's name (Models page)")
         run.add_argument(
-            "--world-model", default="", help="a world model's name (default: the project's)"
+            "--world-model",
+            default="",
+            help="a world model's name (default: the project's default world model when it reads "
+            "a world's prompt, else its only one that does)",
         )
         run.add_argument("--episodes", type=int, default=1, help="episodes per task and arm")
         run.add_argument("--max-steps", type=int, default=10)
@@ -126,11 +130,17 @@ class Command(BaseCommand):
         if world is None:
             raise CommandError(f"--world: the project has no world {o['world']!r}")
         agent = self._endpoint(project, o["agent_model"], EndpointRole.AGENT, "--agent-model")
-        world_model = (
-            self._endpoint(project, o["world_model"], EndpointRole.WORLD, "--world-model")
-            if o["world_model"]
-            else None
-        )
+        if o["world_model"]:
+            world_model = self._endpoint(
+                project, o["world_model"], EndpointRole.WORLD, "--world-model"
+            )
+        else:
+            try:
+                world_model = service.choose_world_model(project)
+            except service.CampaignError as exc:
+                raise CommandError(
+                    "--world-model: " + str(exc).removeprefix("world model: ")
+                ) from None
         perturbations = []
         for name in o["perturbation"]:
             row = Perturbation.objects.filter(project=project, name=name).first()
@@ -153,7 +163,7 @@ class Command(BaseCommand):
             else:
                 tasks, source = service.world_tasks(world), CampaignSource.WORLD
             data = service.CampaignData(
-                name=o["name"] or f"{world.name}: {len(tasks)} tasks x {o['episodes']}",
+                name=o["name"] or default_name(world.name, len(tasks), o["episodes"]),
                 world=world,
                 source=source,
                 tasks=tuple(tasks),
@@ -175,9 +185,12 @@ class Command(BaseCommand):
                     enqueue_campaign(campaign)
         except service.CampaignError as exc:
             raise CommandError(str(exc)) from None
+        arms = 1 + len(campaign.arms or [])
+        total = plural(campaign.episodes_total, "episode")
         self.stdout.write(
-            f"campaign {campaign.pk} {campaign.name!r}: {campaign.episodes_total} episodes "
-            f"(seed {campaign.seed})"
+            f"campaign {campaign.pk} {campaign.name!r}: {total} ({plural(len(tasks), 'task')} x "
+            f"{plural(campaign.episodes_per_task, 'episode')} x {plural(arms, 'arm')}, seed "
+            f"{campaign.seed})"
         )
         if o["background"]:
             self.stdout.write("queued for the workers")
@@ -228,7 +241,12 @@ class Command(BaseCommand):
             campaign.refresh_from_db()
             bar.n = campaign.episodes_done
             bar.close()
-        self._summary(campaign)
+        figures = self._summary(campaign)
+        failed, total = figures.overall["failed"], figures.overall["episodes"]
+        if failed:
+            raise CommandError(
+                f"campaign {campaign.pk}: {failed} of {plural(total, 'episode')} failed"
+            )
         if campaign.status == "failed":
             raise CommandError(f"campaign {campaign.pk} failed: {campaign.error}")
 
@@ -250,7 +268,9 @@ class Command(BaseCommand):
 
         campaign = self._campaign(o["id"])
         if campaign.is_finished:
-            raise CommandError(f"campaign {campaign.pk} already ended ({campaign.status})")
+            raise CommandError(
+                f"campaign {campaign.pk} already ended: it {status_phrase(campaign.status)}"
+            )
         cancel_campaign(campaign)
         campaign.refresh_from_db()
         self.stdout.write(
@@ -265,8 +285,8 @@ class Command(BaseCommand):
         with transaction.atomic():
             if not resume_campaign(campaign):
                 raise CommandError(
-                    f"campaign {campaign.pk} is {campaign.status}: only a cancelled or failed "
-                    "campaign with episodes not done resumes"
+                    f"campaign {campaign.pk} {status_phrase(campaign.status)}: only a cancelled "
+                    "or failed campaign with episodes not done resumes"
                 )
             if o["background"]:
                 from studio.tasks import enqueue_campaign
@@ -278,45 +298,106 @@ class Command(BaseCommand):
             return
         self._play(campaign, o["no_progress"])
 
-    def _summary(self, campaign: Campaign) -> None:
+    def _summary(self, campaign: Campaign) -> Any:
+        """The campaign's figures in words; returns them (`results`)."""
         from studio.services.campaigns import results
 
         figures = results(campaign)
         w = self.stdout.write
         overall = figures.overall
-        w(f"campaign {campaign.pk} {campaign.name!r}: {campaign.status}")
+        w(f"campaign {campaign.pk} {campaign.name!r} {status_phrase(campaign.status)}")
         if campaign.error:
             w(f"  error: {campaign.error}")
-        w(
-            f"  episodes {overall['episodes']}: ended {overall['ended']}, failed "
-            f"{overall['failed']}, not played {overall['pending']}"
-        )
+        states = [
+            f"ended {overall['ended']}",
+            f"failed {overall['failed']}",
+            *([f"cancelled {overall['cancelled']}"] if overall["cancelled"] else []),
+            *([f"playing {overall['running']}"] if overall["running"] else []),
+            f"not played {overall['pending']}",
+        ]
+        w(f"  {plural(overall['episodes'], 'episode')}: {', '.join(states)}")
+        if overall.get("replaced"):
+            replaced = overall["replaced"]
+            w(
+                f"  {plural(replaced, 'earlier episode')} (cancelled or failed, then played "
+                f"again) {'stays' if replaced == 1 else 'stay'} in the library"
+            )
         w(
             f"  success {_fmt(overall['success_rate'], percent=True)} of {overall['scored']} "
-            f"scored, mean reward {_fmt(overall['mean_reward'])}, mean steps "
-            f"{_fmt(overall['mean_steps'])}"
+            f"scored{_unscored(overall)}, mean reward {_fmt(overall['mean_reward'])}, mean "
+            f"steps {_fmt(overall['mean_steps'])}"
         )
         w("  by task:")
         for row in figures.by_task:
             w(
                 f"    {row['task_id']}: success {_fmt(row['success_rate'], percent=True)} of "
-                f"{row['scored']} scored, reward {_fmt(row['mean_reward'])}, failed {row['failed']}"
+                f"{row['scored']} scored{_unscored(row)}, reward {_fmt(row['mean_reward'])}, "
+                f"failed {row['failed']}"
+                + ("" if row.get("scored_by") else " (no rubric applies: not scored)")
             )
         if len(figures.by_arm) > 1:
             w("  by perturbation:")
             for row in figures.by_arm:
+                arm = f"{row['arm_name']} (no perturbation)" if row["arm"] == 0 else row["arm_name"]
                 w(
-                    f"    {row['arm_name']}: success {_fmt(row['success_rate'], percent=True)} "
-                    f"of {row['scored']} scored, reward {_fmt(row['mean_reward'])}"
+                    f"    arm {arm}: success "
+                    f"{_fmt(row['success_rate'], percent=True)} of {row['scored']} scored, "
+                    f"reward {_fmt(row['mean_reward'])}, failed {row['failed']}"
                 )
         if figures.causes:
             w(
-                "  not successes: "
-                + ", ".join(f"{c['cause']} x{c['count']} ({c['arm_name']})" for c in figures.causes)
+                "  not successes (scored below 1, or an error), by end cause: "
+                + ", ".join(
+                    f"{c['cause']} x{c['count']} in arm {c['arm_name']}" for c in figures.causes
+                )
             )
+        if figures.errors:
+            w("  errors of the failed episodes:")
+            shown = figures.errors if len(figures.errors) <= MAX_ERROR_LINES else (
+                figures.errors[: MAX_ERROR_LINES - 1]
+            )  # fmt: skip
+            for e in shown:
+                w(f"    {e['count']} x {_one_line(e['error'])}")
+            rest = figures.errors[len(shown) :]
+            if rest:
+                w(
+                    f"    and {plural(sum(e['count'] for e in rest), 'more episode')} with "
+                    f"{plural(len(rest), 'other error')}"
+                )
         for m in figures.models:
             cost = "cost unknown" if m["cost"] is None else f"${m['cost']:.4f}"
             w(
                 f"  {m['role']} model {m['name']} ({m['model']}): {m['tokens_in']} tokens in, "
                 f"{m['tokens_out']} out, {cost}"
             )
+        return figures
+
+
+MAX_ERROR_LINES = 5
+
+
+def default_name(world: str, tasks: int, episodes: int) -> str:
+    return f"{world}: {plural(tasks, 'task')} x {plural(episodes, 'episode')}"
+
+
+STATUS_PHRASES = {
+    "queued": "is queued",
+    "running": "is running",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "cancelled": "was cancelled",
+}
+
+
+def status_phrase(status: str) -> str:
+    """ "succeeded", "was cancelled", "is running": a campaign's status in a sentence."""
+    return STATUS_PHRASES.get(str(status), f"is {status}")
+
+
+def _unscored(row: dict[str, Any]) -> str:
+    return f" ({row['unscored']} not scored)" if row.get("unscored") else ""
+
+
+def _one_line(text: str, most: int = 300) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= most else flat[: most - 1] + "…"
