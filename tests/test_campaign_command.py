@@ -68,7 +68,9 @@ def test_campaign_run_plays_it_in_the_shell_and_prints_the_summary(project, tmp_
     assert "success 50% of 4 scored" in shown
     with pytest.raises(CommandError, match="already ended: it succeeded"):
         _run("cancel", str(campaign.pk))
-    with pytest.raises(CommandError, match=f"campaign {campaign.pk} succeeded: only a cancelled"):
+    with pytest.raises(
+        CommandError, match=f"campaign {campaign.pk} succeeded: a campaign resumes once it stopped"
+    ):
         _run("resume", str(campaign.pk))
 
 

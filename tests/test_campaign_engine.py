@@ -16,6 +16,7 @@ from studio.models import (
     Campaign,
     CampaignEpisode,
     JobStatus,
+    ModelEndpoint,
     Perturbation,
     SimulationJob,
     SlotStatus,
@@ -28,6 +29,7 @@ from studio.services.campaigns import (
     cost_of,
     parse_tasks_jsonl,
     results,
+    resumable,
     resume_campaign,
     slot_seed,
     slot_trajectory_ids,
@@ -253,6 +255,24 @@ def test_a_campaign_with_one_episode_ended_succeeds_and_counts_its_failed_ones(p
     assert figures.causes == [{"cause": "error", "count": 1, "arm_name": "none"}]
     (error,) = figures.errors
     assert error["count"] == 1 and "too long for this model" in error["error"]
+
+    # Resume plays the failed episode again (once its model takes it); the ended one stays
+    assert resumable(campaign)
+    assert resume_campaign(campaign)
+    campaign.refresh_from_db()
+    assert campaign.status == JobStatus.QUEUED
+    with (
+        fake_openai_server(scripted) as agent_srv,
+        fake_openai_server(lambda b, i: WORLD_ANSWER) as world_srv,
+    ):
+        # the campaign plays with the agent as it was when made (its URL kept on the row)
+        Campaign.objects.filter(pk=campaign.pk).update(agent_base_url=agent_srv.base_url)
+        ModelEndpoint.objects.filter(pk=world_model.pk).update(base_url=world_srv.base_url)
+        run_campaign(campaign.pk, "again")
+    campaign.refresh_from_db()
+    assert (campaign.status, campaign.episodes_failed) == (JobStatus.SUCCEEDED, 0)
+    assert results(campaign).overall["replaced"] == 1
+    assert not resumable(campaign) and not resume_campaign(campaign)
 
 
 @pytest.mark.django_db

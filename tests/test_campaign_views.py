@@ -670,7 +670,7 @@ def test_cancel_then_resume(researcher_client, project, setup, django_capture_on
     refused = researcher_client.post(
         reverse("campaign_resume", kwargs={"campaign_id": campaign.pk}), follow=True
     )
-    assert "only a failed or cancelled campaign resumes" in refused.content.decode()
+    assert "a campaign resumes once it stopped" in refused.content.decode()
 
 
 def test_recorded_trajectories_by_tag_are_the_tasks(researcher_client, project, setup):

@@ -432,15 +432,37 @@ def cancel_campaign(campaign: Campaign) -> None:
     request_cancel(Campaign, campaign.pk)
 
 
+def resumable(campaign: Campaign) -> bool:
+    """Whether Resume has something to play: a campaign that stopped (failed or cancelled),
+    or one that succeeded with episodes that failed with an error, and a slot not played to
+    its end."""
+    if campaign.status not in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.SUCCEEDED):
+        return False
+    return campaign.episodes.exclude(status=SlotStatus.DONE).exists()
+
+
 def resume_campaign(campaign: Campaign) -> bool:
-    """A failed or cancelled campaign back to queued (the caller enqueues it, in the same
-    transaction): it plays the slots not done, each in a new episode. False when it had not
-    stopped, or every slot is done."""
+    """A failed or cancelled campaign, or a succeeded one with failed episodes, back to queued
+    (the caller enqueues it, in the same transaction): it plays the slots not done, each in a
+    new episode (the earlier ones stay in the library). False when it had not stopped, or
+    every slot is done."""
     from studio.services.jobs import reopen
 
     if not campaign.episodes.exclude(status=SlotStatus.DONE).exists():
         return False
-    return reopen(Campaign, campaign.pk)
+    if reopen(Campaign, campaign.pk):
+        return True
+    # a campaign that succeeded with failed episodes: the same reopening, from SUCCEEDED
+    return bool(
+        Campaign.objects.filter(pk=campaign.pk, status=JobStatus.SUCCEEDED).update(
+            status=JobStatus.QUEUED,
+            error="",
+            finished_at=None,
+            cancel_requested=False,
+            phase="queued",
+            message_id="",
+        )
+    )
 
 
 def campaign_trajectories(campaign: Campaign) -> QuerySet[Trajectory]:

@@ -190,7 +190,7 @@ def _campaign_context(
     judge_job = (
         JudgeJob.objects.filter(pk=campaign.judge_job_id).first() if campaign.judge_job_id else None
     )
-    can_resume = campaign.status in ("failed", "cancelled")
+    can_resume = service.resumable(campaign)
     view = present.campaign_view(campaign, results, can_resume=can_resume)
     return {
         "project": campaign.project,
@@ -251,7 +251,7 @@ def campaign_resume(request: HtmxHttpRequest, campaign_id: int) -> HttpResponse:
         messages.success(
             request, "Resumed: the episodes not played to the end are played; the others kept."
         )
-    elif campaign.status in ("failed", "cancelled"):
+    elif campaign.is_finished:
         messages.error(
             request, f"Campaign {campaign.pk} has nothing to resume: every episode of it ended."
         )
@@ -259,7 +259,7 @@ def campaign_resume(request: HtmxHttpRequest, campaign_id: int) -> HttpResponse:
         messages.error(
             request,
             f"Campaign {campaign.pk} is {present.STATE_WORDS.get(campaign.status, campaign.status)}"
-            ": only a failed or cancelled campaign resumes.",
+            ": a campaign resumes once it stopped.",
         )
     return redirect("campaign_page", campaign_id=campaign.pk)
 

@@ -285,8 +285,8 @@ class Command(BaseCommand):
         with transaction.atomic():
             if not resume_campaign(campaign):
                 raise CommandError(
-                    f"campaign {campaign.pk} {status_phrase(campaign.status)}: only a cancelled "
-                    "or failed campaign with episodes not done resumes"
+                    f"campaign {campaign.pk} {status_phrase(campaign.status)}: a campaign resumes "
+                    "once it stopped, and only when an episode of it was not played to its end"
                 )
             if o["background"]:
                 from studio.tasks import enqueue_campaign
