@@ -513,6 +513,73 @@ def test_cancel_keeps_the_ended_slots_and_resume_plays_the_rest(project):
     assert not SimulationJob.objects.filter(status__in=["queued", "running"]).exists()
 
 
+class HoldingAgent(ScriptedAgent):
+    """The scripted agent whose first `held` requests (each slot's first step, all of them
+    in flight at once) wait for `release`; `arrived` is set once they all wait."""
+
+    def __init__(self, held: int):
+        super().__init__()
+        self.held = held
+        self.waiting = 0
+        self.count_lock = threading.Lock()
+
+    def __call__(self, body: dict, index: int):
+        if index < self.held:
+            with self.count_lock:
+                self.waiting += 1
+                if self.waiting == self.held:
+                    self.arrived.set()
+            self.release.wait(timeout=60)
+        return super().__call__(body, index)
+
+
+@transactional
+def test_cancel_takes_effect_at_the_next_step_without_the_monitor(project, monkeypatch):
+    """The player reads the campaign's cancel_requested itself, before each step and each
+    slot: with the monitor blind (it looks once an hour here), the two episodes in flight end
+    cancelled at their next step and no other slot starts."""
+    import functools
+
+    from studio.jobs import campaigns as engine
+    from studio.jobs.runtime import JobMonitor
+
+    monkeypatch.setattr(engine, "JobMonitor", functools.partial(JobMonitor, interval=3600))
+    world = calendar_world(project)
+    agent_script = HoldingAgent(held=2)
+    with (
+        fake_openai_server(agent_script) as agent_srv,
+        fake_openai_server(lambda b, i: WORLD_ANSWER) as world_srv,
+    ):
+        agent, world_model = endpoints(project, agent_srv, world_srv)
+        campaign = make_campaign(
+            project,
+            project.users["researcher"],
+            world,
+            agent,
+            world_model,
+            tasks=tuple(world_tasks(world, ["count-thursday"])),
+            episodes_per_task=6,
+            concurrency=2,
+        )
+        runner = threading.Thread(target=_closing(run_campaign), args=(campaign.pk, "first"))
+        runner.start()
+        assert agent_script.arrived.wait(timeout=30)  # both slots wait on their first step
+        cancel_campaign(campaign)
+        agent_script.release.set()
+        runner.join(timeout=60)
+        assert not runner.is_alive()
+        asked = len(agent_srv.requests)
+    campaign.refresh_from_db()
+    assert campaign.status == JobStatus.CANCELLED and campaign.phase == "cancelled"
+    statuses = sorted(campaign.episodes.values_list("status", flat=True))
+    assert statuses == sorted([SlotStatus.CANCELLED] * 2 + [SlotStatus.PENDING] * 4)
+    assert asked == 2  # the agent was asked for no step after the cancel
+    for slot in campaign.episodes.filter(status=SlotStatus.CANCELLED):
+        assert slot.end_cause == "cancelled" and slot.steps == 1
+        assert slot.trajectory.metadata["episode"]["end"]["cause"] == "cancelled"
+    assert not campaign.episodes.filter(status=SlotStatus.PENDING, attempts__gt=0).exists()
+
+
 @pytest.mark.django_db
 def test_create_checks_its_input(project, settings):
     world = calendar_world(project)

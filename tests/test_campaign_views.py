@@ -245,9 +245,16 @@ def test_typed_tasks_are_one_per_line(researcher_client, project, setup):
     campaign = Campaign.objects.get()
     assert [t["instruction"] for t in campaign.tasks] == ["List /srv.", "Show the ledger."]
     assert campaign.episodes.count() == 4
+    # a typed task has no rubric of its own: its row says it will not be scored, and why
+    html = researcher_client.get(response_url(campaign)).content.decode()
+    assert html.count("not scored: no check of its own rubric or of the world") == 2
 
 
 # ---- roles ----------------------------------------------------------------------------------
+
+
+def response_url(campaign) -> str:
+    return reverse("campaign_page", kwargs={"campaign_id": campaign.pk})
 
 
 def _posts(campaign, project):
@@ -391,6 +398,7 @@ def test_the_results_as_the_page_shows_them(researcher_client, project, setup, p
     url = reverse("campaign_page", kwargs={"campaign_id": campaign.pk})
     response = researcher_client.get(url)
     html = response.content.decode()
+    assert "not scored: no check" not in html  # the world's tasks are scored by their rubric
     assert response.status_code == 200
     assert 'id="campaign-status">Running<' in html
     assert 'id="campaign-cancel"' in html and 'id="campaign-resume"' not in html

@@ -124,3 +124,30 @@ def test_a_judge_that_answers_with_errors_is_tried_on_every_step(project, many_s
     made.refresh_from_db()
     assert made.status == JobStatus.FAILED and made.steps_failed == 8 and asked == 16
     assert made.error.startswith("no step was judged: every one of the 8 failed")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_small_job_against_an_unreachable_server_names_it_after_trying_every_step(project):
+    """A job of fewer steps than its concurrency hands every step out before the early stop
+    can look: it still ends naming the judge model and its URL, with true counts."""
+    from studio.jobs.judging import run_judge_job
+    from studio.services.judging import JudgeData, start_judging
+
+    traj, root = make_trajectory(project)
+    fork = make_job(root, 0, status="succeeded")
+    make_child(root, 0, [f"obs {i}" for i in range(4)], name="four", job=fork)
+    url = closed_url()
+    data = JudgeData(judge=judge_endpoint(project, url), target="fork", fork=fork, concurrency=8)
+    made = start_judging(project, None, data)
+    JudgeJob.objects.filter(pk=made.pk).update(message_id="m0")
+    run_judge_job(made.pk, "m0")
+    made.refresh_from_db()
+
+    assert made.status == JobStatus.FAILED and made.steps_total == 4
+    assert (made.steps_failed, made.steps_judged) == (4, 0)
+    assert made.error == (
+        f"the judge model 'jm' at {url} cannot be reached: Connection error ([Errno 111] "
+        "Connection refused). No step was judged (4 steps tried, twice each). "
+        "Resume the job once the server answers."
+    )
+    assert StepJudgement.objects.filter(job=made, ok=False).count() == 4

@@ -120,7 +120,9 @@ class CampaignForm(forms.Form):
         required=False,
         label="Tasks file (JSONL)",
         help_text='One task a line: {"id": …, "instruction": …} with optional "expected", '
-        '"success_criteria", "max_steps" and "rubric".',
+        '"success_criteria", "max_steps" and "rubric". "expected" and "success_criteria" are '
+        "used only by rubric checks that need them (the task's own rubric, or the world's): "
+        'a task no check applies to is "not scored".',
     )
     trajectory_tag = forms.ModelChoiceField(
         queryset=Tag.objects.none(),

@@ -12,7 +12,8 @@ or world model that fails ends it with cause "error" and the slot FAILED, saying
 and why. Rewards are the episode's own (`studio.services.rewards`); the slot keeps its return,
 success, end cause, steps and tokens, and the campaign its counters and progress as slots end.
 
-Cancel (the campaign's `cancel_requested`, read by its monitor): episodes in flight end with
+Cancel (the campaign's `cancel_requested`, read from the row before each slot starts and
+before each step, and by its monitor): episodes in flight end with
 cause "cancelled" and their slots are CANCELLED; the slots that ended are kept. A campaign
 whose task time is nearly up hands the rest to a new message of itself. A campaign ends
 SUCCEEDED when one slot at least ended without an error (its failed slots are counted), FAILED
@@ -84,7 +85,7 @@ def run_campaign(campaign_id: int, message_id: str = "") -> None:
             player = Player(campaign, monitor, deadline)
             player.play()
             handed_over = player.handed_over
-            if monitor.cancel_requested:
+            if monitor.cancel_requested or player.cancelled:
                 status = JobStatus.CANCELLED
         except Exception as exc:  # noqa: BLE001 - the row says what went wrong
             log.exception("campaign %s failed", campaign.pk)
@@ -154,6 +155,7 @@ class Player:
         self.monitor = monitor
         self.deadline = deadline
         self.handed_over = False
+        self.cancelled = False  # seen by `stopping` in the row (the monitor may not have yet)
         self.lock = threading.Lock()
         token = campaign.token
         if token is None or token.revoked_at is not None:
@@ -204,7 +206,14 @@ class Player:
     # ---- the pool ---------------------------------------------------------------------------
 
     def stopping(self) -> bool:
-        return self.monitor.cancel_requested
+        """Whether the campaign was cancelled: read from its row here (one indexed query,
+        before each slot starts and before each step), not only from the monitor's tick, so
+        Cancel takes effect at the next step of every episode in flight."""
+        if self.cancelled or self.monitor.cancel_requested:
+            return True
+        if Campaign.objects.filter(pk=self.campaign.pk, cancel_requested=True).exists():
+            self.cancelled = True
+        return self.cancelled
 
     def play(self) -> None:
         self._settle_leftovers()

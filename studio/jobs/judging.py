@@ -122,6 +122,9 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
             # Until a step is judged, a run of steps that never reached the server ends the job.
             any_judged = StepJudgement.objects.filter(job_id=job.pk, ok=True).exists()
             unreachable_run, unreachable_why, stopped = 0, "", False
+            # this run's steps asked of the judge, and those whose every attempt was a
+            # connection failure (a job of few steps can end before the early stop looks)
+            asked_now, unreachable_now = 0, 0
 
             def cannot_reach() -> bool:
                 return not any_judged and unreachable_run >= UNREACHABLE_AFTER
@@ -136,6 +139,7 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
 
             def drain_one() -> None:
                 nonlocal done, judged_now, tried, any_judged, unreachable_run, unreachable_why
+                nonlocal asked_now, unreachable_now
                 finished, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
                 for future in finished:
                     item = in_flight.pop(future)
@@ -152,6 +156,8 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
                         why = meta.get("unreachable") or ""
                         unreachable_run = unreachable_run + 1 if why else 0
                         unreachable_why = why or unreachable_why
+                        asked_now += 1
+                        unreachable_now += bool(why)
                     tried += 1
                     done += 1
                     monitor.set_job(progress=min(0.99, done / max(1, to_judge)))
@@ -173,7 +179,11 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
                     drain_one()
             if monitor.cancel_requested:
                 status = JobStatus.CANCELLED
-            elif stopped:
+            elif stopped or (
+                not any_judged and asked_now > 0 and unreachable_now == asked_now and not handed_over
+            ):
+                # stopped early, or every step of a small job was tried (all handed out before
+                # the early stop could look) and none reached the server: the same words
                 raise JudgingError(
                     _unreachable_message(
                         job, unreachable_why, judge.attempts, judged_now, tried, to_judge - done
