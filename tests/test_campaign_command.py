@@ -54,7 +54,7 @@ def test_campaign_run_plays_it_in_the_shell_and_prints_the_summary(project, tmp_
     assert f"campaign {campaign.pk} 'Northwind calendar: 2 tasks x 2 episodes' succeeded" in lines
     assert "  4 episodes: ended 4, failed 0, not played 0" in lines
     assert (
-        "  not successes (scored below 1, or an error), by end cause: submit x2 in arm none"
+        "  not successes (scored below 1, or an error), by end cause: submitted x2 in arm none"
         in lines
     )
     assert "errors of the failed episodes" not in out
@@ -122,6 +122,35 @@ def test_a_run_whose_episodes_failed_names_their_errors_and_exits_non_zero(proje
     assert [line.startswith("    1 x ") for line in listed] == [True] * 4 + [False]
     assert listed[4] == "    and 6 more episodes with 6 other errors"
     assert len({line.split("request")[-1] for line in listed[:4]}) == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_model_clients_retry_notes_stay_out_of_the_bar(project, caplog, capsys):
+    """An agent model that answers 500: the OpenAI client retries it, and its "Retrying
+    request" notes (INFO) do not break into the bar; the loggers are as they were after."""
+    import logging
+
+    world = calendar_world(project)
+    caplog.set_level(logging.INFO)
+    before = logging.getLogger("openai").level
+    with (
+        fake_openai_server(lambda b, i: (500, "agent overloaded")) as agent_srv,
+        fake_openai_server(lambda b, i: WORLD_ANSWER) as world_srv,
+    ):
+        endpoints(project, agent_srv, world_srv)
+        with pytest.raises(CommandError, match=": 1 of 1 episode failed$"):
+            _run(
+                "run", "--project", project.name, "--world", world.name,
+                "--task-ids", "count-thursday", "--agent-model", "scripted agent",
+            )  # fmt: skip
+        asked = len(agent_srv.requests)
+    assert asked == 3  # the first request and its 2 retries
+    notes = [r.getMessage() for r in caplog.records if r.name.startswith(("openai", "httpx"))]
+    assert not [n for n in notes if "Retrying request" in n or "HTTP Request" in n], notes
+    assert "Retrying request" not in capsys.readouterr().err
+    assert logging.getLogger("openai").level == before
+    slot = Campaign.objects.get().episodes.get()
+    assert slot.status == SlotStatus.FAILED and "agent overloaded" in slot.error
 
 
 @pytest.mark.django_db

@@ -180,7 +180,10 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
             if monitor.cancel_requested:
                 status = JobStatus.CANCELLED
             elif stopped or (
-                not any_judged and asked_now > 0 and unreachable_now == asked_now and not handed_over
+                not any_judged
+                and asked_now > 0
+                and unreachable_now == asked_now
+                and not handed_over
             ):
                 # stopped early, or every step of a small job was tried (all handed out before
                 # the early stop could look) and none reached the server: the same words

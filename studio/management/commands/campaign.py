@@ -14,6 +14,7 @@ workers instead. Bad input exits non-zero with one line saying what and where.""
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import uuid
@@ -32,6 +33,7 @@ from studio.models import (
     Project,
     World,
 )
+from studio.presenters.campaigns import CAUSE_WORDS  # the page's words for an end cause
 from studio.services.campaigns import plural
 
 
@@ -218,6 +220,12 @@ class Command(BaseCommand):
             file=sys.stderr,
             disable=no_progress,
         )
+        # the model clients' notes ("Retrying request in 0.47 seconds") would break into the
+        # bar: they stay out while it runs; a warning or an error still shows
+        quiet = {name: logging.getLogger(name) for name in QUIET_WHILE_PLAYING}
+        levels = {name: logger.level for name, logger in quiet.items()}
+        for logger in quiet.values():
+            logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
         runner.start()
         stop = threading.Event()
         try:
@@ -238,6 +246,8 @@ class Command(BaseCommand):
             cancel_campaign(campaign)
             runner.join()
         finally:
+            for name, logger in quiet.items():
+                logger.setLevel(levels[name])
             campaign.refresh_from_db()
             bar.n = campaign.episodes_done
             bar.close()
@@ -348,7 +358,9 @@ class Command(BaseCommand):
             w(
                 "  not successes (scored below 1, or an error), by end cause: "
                 + ", ".join(
-                    f"{c['cause']} x{c['count']} in arm {c['arm_name']}" for c in figures.causes
+                    f"{CAUSE_WORDS.get(str(c['cause']), c['cause'])} x{c['count']} in arm "
+                    f"{c['arm_name']}"
+                    for c in figures.causes
                 )
             )
         if figures.errors:
@@ -374,6 +386,9 @@ class Command(BaseCommand):
 
 
 MAX_ERROR_LINES = 5
+# loggers kept at WARNING while the bar runs: the OpenAI client's retry notes and httpx's
+# line per request
+QUIET_WHILE_PLAYING = ("openai", "httpx", "httpcore")
 
 
 def default_name(world: str, tasks: int, episodes: int) -> str:
