@@ -251,7 +251,11 @@ def test_round_trip_sqlite_to_this_database_and_back(source, project, settings, 
     here = read_dump(tmp_path / "target.jsonl")
     compared = assert_same_rows(source["rows"], here, first, target_name="here")
     assert compared > 200
+    from studio.archive.schema import EXCLUDED
+
     for label, n in before.items():  # nothing written beyond the archive's rows
+        if label in EXCLUDED:  # no import writes these; a test session's workers beat theirs
+            continue
         assert len(here.get(label, {})) == n + len(first.get(label, {})), label
 
     imported = Project.objects.get(name=NAME)
