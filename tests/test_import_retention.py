@@ -156,15 +156,22 @@ def test_sweep_removes_leftovers_only_once_old(project, data_dir):
 
 
 @pytest.mark.django_db
-def test_sweep_files_command_says_what_it_removed(project, data_dir):
+def test_sweep_files_command_says_what_it_removed(project, data_dir, caplog):
     from io import StringIO
 
     from django.core.management import call_command
 
     stored_job(project, project.users["researcher"], status=JobStatus.SUCCEEDED)
     out = StringIO()
-    call_command("sweep_files", stdout=out)
+    with caplog.at_level("INFO", logger="studio.jobs.file_retention"):
+        call_command("sweep_files", stdout=out)
     assert out.getvalue().startswith("removed 1 uploaded file(s)")
+    # said once: not also as the workers' log line
+    assert not [r for r in caplog.records if "file sweep" in r.getMessage()]
+    stored_job(project, project.users["researcher"], status=JobStatus.SUCCEEDED)
+    with caplog.at_level("INFO", logger="studio.jobs.file_retention"):
+        assert sweep_files().uploads == 1  # a worker's sweep logs what it removed
+    assert [r for r in caplog.records if "file sweep" in r.getMessage()]
 
 
 # ---- Retry and Cancel --------------------------------------------------------------------

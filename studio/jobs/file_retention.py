@@ -229,8 +229,11 @@ def sweep_pulse_folder(cutoff: float, counts: FileSweep) -> None:
             counts.temp_bytes += _unlink(path)
 
 
-def sweep_files(now: datetime | None = None, *, include_unmarked: bool = False) -> FileSweep:
-    """One sweep of everything above."""
+def sweep_files(
+    now: datetime | None = None, *, include_unmarked: bool = False, log_summary: bool = True
+) -> FileSweep:
+    """One sweep of everything above. `log_summary`: log what it removed (the workers'
+    sweeps; `manage.py sweep_files` prints it once itself)."""
     now = now or timezone.now()
     cutoff = now.timestamp() - temp_max_age_s()
     counts = FileSweep()
@@ -238,7 +241,7 @@ def sweep_files(now: datetime | None = None, *, include_unmarked: bool = False) 
     sweep_orphan_uploads(cutoff, counts, include_unmarked=include_unmarked)
     sweep_export_temp_files(cutoff, counts)
     sweep_pulse_folder(cutoff, counts)
-    if counts.uploads or counts.temp_files:
+    if log_summary and (counts.uploads or counts.temp_files):
         log.info("file sweep: %s", counts)
     return counts
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -230,6 +231,7 @@ def export_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         "job": job,
         "done": job.is_finished,
         "spec": FORMATS.get(job.format),
+        "may_cancel": may_cancel_export(job, membership, request.user),
     }
     if request.htmx:
         html = render_to_string("datasets/export.html#progress", context, request=request)
@@ -237,9 +239,20 @@ def export_job(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     return render(request, "datasets/export.html", context)
 
 
+def may_cancel_export(job: ExportJob, membership, user) -> bool:
+    """An export is cancelled by the person who started it, or by an admin or researcher
+    (an annotator may export, but never stop someone else's export)."""
+    return membership.can_edit or (job.requester_id is not None and job.requester_id == user.pk)
+
+
 @require_POST
 def export_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     job = _get_export_for_user(request, job_id)
+    _, membership = _get_dataset_for_user(request, job.version.dataset_id)
+    if not may_cancel_export(job, membership, request.user):
+        raise PermissionDenied(
+            "Only the person who started this export, or an admin or researcher, may cancel it."
+        )
     request_cancel(ExportJob, job.pk)
     return redirect("export_job", job_id=job.pk)
 

@@ -27,7 +27,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options) -> None:
-        counts = sweep_files(include_unmarked=options["include_unmarked"])
+        counts = sweep_files(include_unmarked=options["include_unmarked"], log_summary=False)
         self.stdout.write(
             f"removed {counts.uploads} uploaded file(s) ({filesizeformat(counts.upload_bytes)}) "
             f"and {counts.temp_files} leftover file(s) ({filesizeformat(counts.temp_bytes)})"
