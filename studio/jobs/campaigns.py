@@ -589,16 +589,12 @@ def _gpu_queue() -> str:
 
 
 def success_of(plan: Any, end: dict[str, Any]) -> bool | None:
-    """True when every check of the episode rubric scored 1, False when one scored below,
-    None when the episode has no episode rubric (or a check has no score: a judge that did
-    not answer)."""
-    if plan is None or not end:
+    """The world page's rule (`studio.services.world_episodes`), so that a campaign and the
+    world's page never disagree on an episode: its episode rubric's score is 1 -> True, below
+    -> False; None when it has no episode rubric, no check was scored, or it ended in an
+    error."""
+    from studio.services.world_episodes import episode_score, is_success
+
+    if plan is None or not end or end.get("cause") == "error":
         return None
-    names = [check.name for check in plan.rubric.episode]
-    if not names or end.get("cause") in ("cancelled", "error"):
-        return None
-    breakdown = end.get("breakdown") or {}
-    scores = [breakdown.get(name) for name in names]
-    if any(score is None for score in scores):
-        return None
-    return all(float(score or 0.0) >= 1.0 - 1e-9 for score in scores)
+    return is_success(episode_score({"end": end}, tuple(plan.rubric.episode)))
