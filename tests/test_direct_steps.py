@@ -272,6 +272,40 @@ def test_steps_another_process_took_in_between_are_in_the_next_prompt(project, s
     ]  # fmt: skip
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_step_notes_the_episodes_count_before_its_answer_goes_out(project, shell):
+    """The count is in Redis when the step returns, not on its way in the background: once the
+    agent holds the answer, another process that took an earlier step of the episode must not
+    take the next one from its own, older count (CI saw a 409 from that under load)."""
+    import asyncio
+
+    import redis
+
+    from studio.serving import direct, episode_rows
+
+    world, raw = shell
+    token = ApiToken.objects.get(project=project)
+    url_of_redis = episode_rows.redis_ready()
+    if url_of_redis is None:
+        pytest.skip("the episode counts live in Redis only when it is the broker")
+    noted = redis.Redis.from_url(url_of_redis)
+    with fake_openai_server(_seeded) as srv, asgi_server() as base:
+        _model(project, srv.base_url)
+        _, reset, _ = http("POST", f"{_url(base, raw, world)}/reset", {"task": "t"})
+        pk = int(reset["observation"]["episode_id"])
+
+        async def step_then_read() -> bytes | None:
+            served = await direct.served_of(token, pk, world.pk)
+            await direct.take_step(token, served, {"action": "ls"}, "ls", check_token=True)
+            # read without yielding to the loop: a note left to a background task is not
+            # there yet
+            return noted.get(episode_rows._count_key(pk))
+
+        assert asyncio.run(step_then_read()) == b"1"
+    noted.close()
+    assert Trajectory.objects.get(pk=pk).step_count == 1
+
+
 @pytest.fixture
 def shop(project):
     world = save_world(project, parse_world(SHOP)).world

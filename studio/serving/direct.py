@@ -759,7 +759,7 @@ async def _settle(
         raise await rows.in_db(rows.why_not_written, row.trajectory_id, row.index)
     if not verdict.done:
         _known[pk] = row.index + 1
-        rows.note_written(pk, row.index + 1)
+        await rows.note_written(pk, row.index + 1)
         return verdict
     _known.pop(pk, None)
     return await rows.in_db(

@@ -369,7 +369,6 @@ local old = tonumber(redis.call('GET', KEYS[1]) or '-1')
 if tonumber(ARGV[1]) > old then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end
 return 1
 """
-_notes: set[asyncio.Task] = set()
 
 
 def _count_key(pk: int) -> str:
@@ -470,22 +469,20 @@ def forget_noted_sync(pk: int) -> None:
         log.debug("could not drop episode %s's noted count", pk, exc_info=True)
 
 
-def note_written(pk: int, step_count: int) -> None:
-    """Note the episode's new step count in Redis, without waiting (a lost note only sends
-    the next step through the database read)."""
+async def note_written(pk: int, step_count: int) -> None:
+    """Note the episode's new step count in Redis before the step's answer goes out: a
+    process that took an earlier step of the episode must not take the next one from its own
+    count once the agent has this answer (a note sent in the background could still be on its
+    way then, under load, and that process's write would refuse the step). A lost note (Redis
+    down) costs at most one refused step (409: the write checks the count), never a wrong
+    record."""
     url = redis_ready()
     if url is None:
         return
-
-    async def note() -> None:
-        try:
-            await _redis_client(url).eval(_RAISE, 1, _count_key(pk), step_count, COUNT_TTL_S)
-        except Exception:  # noqa: BLE001 - see above
-            log.debug("could not note episode %s's step count", pk, exc_info=True)
-
-    task = asyncio.get_running_loop().create_task(note())
-    _notes.add(task)
-    task.add_done_callback(_notes.discard)
+    try:
+        await _redis_client(url).eval(_RAISE, 1, _count_key(pk), step_count, COUNT_TTL_S)
+    except Exception:  # noqa: BLE001 - see above
+        log.debug("could not note episode %s's step count", pk, exc_info=True)
 
 
 # ---- the write ------------------------------------------------------------------------------
