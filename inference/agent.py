@@ -90,11 +90,17 @@ class AgentModel:
             raise AgentError(
                 "a rollout needs an agent model: set AGENT_MODEL_BASE_URL (or WORLD_MODEL_BASE_URL)"
             )
-        from openai import OpenAI
+        from openai import DefaultHttpxClient, OpenAI
 
         self.model = model
         self.base_url = base_url
-        self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=2)
+        self.client = OpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=2,
+            http_client=DefaultHttpxClient(follow_redirects=False),
+        )
 
     def propose(
         self, messages: list[dict], *, temperature: float = 0.7, max_tokens: int = 1024

@@ -134,14 +134,19 @@ class CampaignAgent:
     ):
         if not base_url:
             raise AgentError(f"the agent model {model!r} has no base URL")
-        from openai import OpenAI
+        from openai import DefaultHttpxClient, OpenAI
 
         self.model = model
         self.base_url = base_url
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.client = OpenAI(
-            base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout, max_retries=max_retries
+            base_url=base_url,
+            api_key=api_key or "EMPTY",
+            timeout=timeout,
+            max_retries=max_retries,
+            # a redirect would lead the request to a host the studio did not check
+            http_client=DefaultHttpxClient(follow_redirects=False),
         )
 
     def _failed(self, why: str) -> AgentError:

@@ -390,7 +390,7 @@ class Judge:
     ):
         """Defaults as the reference judge's: temperature 0.6, 32,768 tokens, the whole
         history, three attempts."""
-        from openai import OpenAI
+        from openai import DefaultHttpxClient, OpenAI
 
         self.model = model
         self.temperature = temperature
@@ -398,7 +398,13 @@ class Judge:
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.history_chars = history_chars
-        self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+        self.client = OpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=0,
+            http_client=DefaultHttpxClient(follow_redirects=False),
+        )
 
     def ask(self, messages: list[dict], parse: Callable[[str], T]) -> Asked[T]:
         """The judge's answer to `messages`, read by `parse`, with retries: an API error or

@@ -17,6 +17,7 @@ Specs on the command line: `kind` or `kind:param=value,param=value`, e.g.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -176,6 +177,8 @@ def _param_value(p: Param, raw: Any, where: str) -> Any:
     if p.kind is str:
         if not isinstance(raw, str | int | float) or isinstance(raw, bool):
             raise PerturbationError(f"{where} must be text, got {raw!r}")
+        if isinstance(raw, float) and not math.isfinite(raw):
+            raise PerturbationError(f"{where} is {raw!r}: only finite numbers are allowed")
         text = str(raw)
         if len(text) > MAX_PARAM_CHARS:
             raise PerturbationError(f"{where} is longer than {MAX_PARAM_CHARS} characters")
@@ -186,9 +189,11 @@ def _param_value(p: Param, raw: Any, where: str) -> Any:
         number = p.kind(raw.strip() if isinstance(raw, str) else raw)
         if p.kind is int and isinstance(raw, float) and not raw.is_integer():
             raise ValueError
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # int(inf) overflows; int("nan") is ValueError
         what = "a whole number" if p.kind is int else "a number"
         raise PerturbationError(f"{where} must be {what}, got {raw!r}") from None
+    if isinstance(number, float) and not math.isfinite(number):
+        raise PerturbationError(f"{where} is {number!r}: only finite numbers are allowed")
     if (p.low is not None and number < p.low) or (p.high is not None and number > p.high):
         raise PerturbationError(f"{where} must be {p.low:g} to {p.high:g}, got {number}")
     return number

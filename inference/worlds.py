@@ -27,6 +27,8 @@ written only when the world has them, so a world without them keeps its file."""
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -47,6 +49,89 @@ MAX_TASK_STEPS = 1000  # a task's max_steps (the episode API's own limit)
 
 class WorldError(ValueError):
     """A world that cannot be used; the message names the field (and the tool)."""
+
+
+# ---- hostile input: numbers that are not numbers, names that are not names ----------------
+
+# A tool's name as OpenAI function names are (and MCP clients show them): letters, digits,
+# '_', '-' and '.', at most 64. A name with spaces or markup reaches the agent's prompt and
+# the model's tool call, where neither can be matched back reliably.
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+TOOL_NAME_RULE = "letters, digits, '_', '-' or '.', at most 64 characters"
+MAX_JSON_DEPTH = 200  # nesting the finite-number walk follows (deeper: refused)
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0 and C1 controls: line breaks and tabs too
+
+
+def _constant(name: str) -> float:
+    # json.loads accepts NaN, Infinity and -Infinity (not JSON) by default; they become the
+    # floats the walk below refuses with the path, so a file's and a form's errors read alike
+    return float(name)
+
+
+def loads(text: str, *, check: bool = True) -> Any:
+    """JSON text as Python, refusing NaN / Infinity / -Infinity (and numbers too large to be
+    finite, e.g. 1e400) with WorldError naming the path. Syntax errors are JSONDecodeError and
+    too deep a nesting RecursionError, as json.loads raises them. `check=False`: for a world
+    file, which `parse_world` checks next (its message names the tool too)."""
+    data = json.loads(text, parse_constant=_constant)
+    if check:
+        check_finite(data)
+    return data
+
+
+def non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
+    """(path, number) of the first NaN or infinite number in already-parsed JSON-like data
+    (`a.b[2].c`; the root is "(root)"), or None. Depth is bounded: too deep a nesting raises
+    WorldError rather than RecursionError."""
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    while stack:
+        item, at, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise WorldError(f"{at or '(root)'} is nested more than {MAX_JSON_DEPTH} levels deep")
+        if isinstance(item, float) and not math.isfinite(item):
+            return at or "(root)", item
+        if isinstance(item, Mapping):
+            children = [(v, f"{at}.{k}" if at else str(k)) for k, v in item.items()]
+        elif isinstance(item, list | tuple):
+            children = [(v, f"{at}[{i}]") for i, v in enumerate(item)]
+        else:
+            continue
+        stack.extend((v, p, depth + 1) for v, p in reversed(children))
+    return None
+
+
+def number_word(number: float) -> str:
+    return "NaN" if math.isnan(number) else "Infinity" if number > 0 else "-Infinity"
+
+
+def check_finite(value: Any, path: str = "", *, suffix: str = "") -> None:
+    """Raise WorldError if `value` holds NaN or an infinity: `tools[0].function.parameters.
+    properties.n.maximum is NaN: only finite numbers are allowed`. `suffix` follows the path
+    (e.g. the tool's name)."""
+    found = non_finite(value, path)
+    if found is not None:
+        at, number = found
+        raise WorldError(f"{at} is {number_word(number)}{suffix}: only finite numbers are allowed")
+
+
+def name_problem(name: str, what: str, *, path_like: bool = False) -> str | None:
+    """Why `name` (a world's, a state key's) cannot be one, or None: names are shown in pages,
+    prompts and file names, so no markup characters and no control characters. `path_like`:
+    a screen's name may say where it is ("Settings > Wi-Fi"), so only '<' is refused there."""
+    if "<" in name or (">" in name and not path_like):
+        return f"{what} {name!r} has '<' or '>': a name is plain text, not markup"
+    if CONTROL.search(name):
+        return (
+            f"{what} {name!r} has a control character (a line break, a tab, ...): a name is "
+            "one line of plain text"
+        )
+    return None
+
+
+def tool_name_problem(name: str) -> str | None:
+    if TOOL_NAME.fullmatch(name):
+        return None
+    return f"tool name {name!r} must be {TOOL_NAME_RULE} (as OpenAI function names are)"
 
 
 @dataclass(frozen=True)
@@ -139,10 +224,13 @@ def _objects(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     return items
 
 
-def read_tools(raw: Any, where: str = "tools") -> tuple[dict[str, Any], ...]:
+def read_tools(
+    raw: Any, where: str = "tools", *, check_names: bool = True
+) -> tuple[dict[str, Any], ...]:
     """An OpenAI `tools` list, a list of bare functions, or an MCP `tools/list` result
     (`{"tools": [...]}` with `inputSchema`), as normalised OpenAI tools. Each tool's
-    parameters are checked as a JSON Schema."""
+    parameters are checked as a JSON Schema, and hold only finite numbers; `check_names`:
+    each name matches TOOL_NAME (off only for versions stored before that rule)."""
     from jsonschema import exceptions, validators
 
     if isinstance(raw, Mapping) and "tools" in raw:
@@ -156,13 +244,18 @@ def read_tools(raw: Any, where: str = "tools") -> tuple[dict[str, Any], ...]:
     for i, item in enumerate(raw):
         at = f"{where}[{i}]"
         if not isinstance(item, Mapping):
+            check_finite(item, at)
             raise WorldError(f"{at} must be an object")
         inner = item.get("function")
         fn: Mapping[str, Any] = inner if isinstance(inner, Mapping) else item
         name = fn.get("name")
         if not isinstance(name, str) or not name.strip():
+            check_finite(item, at)  # NaN where the function or its name belongs: say so
             raise WorldError(f"{at}: a tool needs a name")
         name = name.strip()
+        if check_names and (problem := tool_name_problem(name)) is not None:
+            raise WorldError(f"{at}: {problem}")
+        check_finite(item, at, suffix=f" (tool {name!r})")
         at = f"{where}[{i}] ({name})"
         if name in seen:
             raise WorldError(f"{at}: two tools are named {name!r}")
@@ -195,11 +288,17 @@ def read_tools(raw: Any, where: str = "tools") -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def parse_world(data: Any) -> WorldSpec:
+def parse_world(data: Any, *, incoming: bool = False) -> WorldSpec:
     """Check a world (a file's JSON, or the editor's data); raise WorldError naming the
-    field. Unknown top-level keys are refused, so a typo is not silently dropped."""
+    field. Unknown top-level keys are refused, so a typo is not silently dropped; so is NaN
+    or an infinity anywhere (naming its path). `incoming`: a world arriving (a file, the
+    editor, the shell), whose names are held to `check_names`; a stored version is read
+    without it, so a world saved before those rules still opens (and is checked when saved
+    again)."""
     if not isinstance(data, Mapping):
         raise WorldError("a world is a JSON object")
+    # everything but a tools list here; its tools in read_tools, each message with its name
+    check_finite({k: v for k, v in data.items() if k != "tools" or not isinstance(v, list)})
     known = {
         "format", "name", "domain", "description", "rules", "knowledge", "files", "tools",
         "corpus", "screens", "initial_state", "demonstrations", "tasks", "rubric",
@@ -268,7 +367,7 @@ def parse_world(data: Any) -> WorldSpec:
         )
         for i, d in enumerate(_objects(data, "demonstrations"))
     )
-    tools = read_tools(data.get("tools"))
+    tools = read_tools(data.get("tools"), check_names=incoming)
     try:
         state_keys = rubrics.read_state_keys(data.get("state_keys"))
         key_names = [k.name for k in state_keys]
@@ -287,7 +386,7 @@ def parse_world(data: Any) -> WorldSpec:
         rubrics.check_task_rubrics(tasks, rubric, termination)
     except RubricError as exc:
         raise WorldError(str(exc)) from None
-    return WorldSpec(
+    spec = WorldSpec(
         name=name,
         domain=domain,
         description=_text(data, "description", "").strip(),
@@ -304,6 +403,35 @@ def parse_world(data: Any) -> WorldSpec:
         termination=termination,
         state_keys=state_keys,
     )
+    if incoming:
+        check_names(spec)
+    return spec
+
+
+def check_names(spec: WorldSpec) -> None:
+    """Raise WorldError unless the world's names are sane: its name, its state keys' and its
+    screens' plain one-line text without markup, its tools' names TOOL_NAME, its files' paths
+    free of control characters. Where a world comes in (`parse_world(incoming=True)`)."""
+    problem = name_problem(spec.name, "the world's name")
+    if problem is not None:
+        raise WorldError(f"name: {problem}")
+    for i, tool in enumerate(spec.tools):
+        problem = tool_name_problem(tool["function"]["name"])
+        if problem is not None:
+            raise WorldError(f"tools[{i}]: {problem}")
+    for i, key in enumerate(spec.state_keys):
+        problem = name_problem(key.name, "the state key")
+        if problem is not None:
+            raise WorldError(f"state_keys[{i}].name: {problem}")
+    for i, screen in enumerate(spec.screens):
+        problem = name_problem(screen.name, "the screen's name", path_like=True)
+        if problem is not None:
+            raise WorldError(f"screens[{i}].name: {problem}")
+    for path, _ in spec.files:
+        if CONTROL.search(path):
+            raise WorldError(
+                f"files[{path!r}]: a path has no control characters (line breaks, tabs, ...)"
+            )
 
 
 def world_to_file(spec: WorldSpec) -> dict[str, Any]:

@@ -136,8 +136,10 @@ supervise demo-models "$DATA_DIR/demo-models.log" \
 SUPERVISORS="$SUPERVISORS $!"
 
 # The server runs in the background so that Ctrl-C or a TERM to this script stops both
-# processes. It is an ASGI server (uvicorn): the pages, and the episode API's WebSockets.
-$PY -m uvicorn studio.asgi:application --host "${HOST}" --port "${PORT}" --log-level warning &
+# processes. It is an ASGI server (uvicorn, started by scripts/web.sh as in the image): the
+# pages, and the episode API's WebSockets. No proxy is believed unless STUDIO_TRUSTED_PROXIES
+# names it, so a client's X-Forwarded-For never picks the address the sign-in lock-out counts.
+PY="$PY" scripts/web.sh --host "${HOST}" --port "${PORT}" --log-level warning &
 SERVER=$!
 IN_DIR=""
 if [ -n "${STUDIO_DATA_DIR:-}" ]; then IN_DIR="STUDIO_DATA_DIR=$STUDIO_DATA_DIR "; fi

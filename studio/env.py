@@ -194,7 +194,10 @@ def _filesystem_broker(data_dir: str, why: str) -> tuple[str, dict, str]:
         # Fanout/control exchange files; kombu's default is ./control in the working directory.
         "control_folder": os.path.join(folder, "control"),
     }
-    return "filesystem://", options, f"embedded filesystem transport in {folder} ({why})"
+    # The host part means nothing to this transport, but kombu's virtual transports default
+    # a missing one to localhost and log "No hostname was supplied" on every connection a
+    # process makes (each `simulate` that sends a job): naming localhost says the same, quietly.
+    return "filesystem://localhost/", options, f"embedded filesystem transport in {folder} ({why})"
 
 
 # ---- what scripts/dev.sh chose, for a shell in another terminal ----------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +28,7 @@ from studio.env import (
     read_dev_runtime,
 )
 from studio.importers import limits as import_limits
+from studio.services.endpoint_hosts import DEFAULT_ALLOWED_HOSTS, parse_allowed_hosts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("STUDIO_DATA_DIR", str(BASE_DIR / "var")) or BASE_DIR / "var")
@@ -162,10 +164,26 @@ AXES_RESET_ON_SUCCESS = True  # a good sign-in forgets the earlier failures
 # page said it would, however often someone tries meanwhile.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_CALLABLE = "studio.views.lockout.lockout_response"
-# The client's IP: REMOTE_ADDR, which uvicorn takes from X-Forwarded-For when the proxy's
-# address is in its FORWARDED_ALLOW_IPS (see README). A proxy that sets a header of its own
-# instead (e.g. X-Real-IP) is named by STUDIO_CLIENT_IP_HEADER; that header must be set by
-# the proxy on every request, or a client could choose its own IP.
+# The client's IP: REMOTE_ADDR, which uvicorn takes from X-Forwarded-For only when the
+# connection comes from an address in STUDIO_TRUSTED_PROXIES (scripts/web.sh passes it to
+# uvicorn; empty: no proxy is believed, a client's header is ignored). A proxy that sets a
+# header of its own instead (e.g. X-Real-IP) is named by STUDIO_CLIENT_IP_HEADER; that header
+# must be set by the proxy on every request, or a client could choose its own IP.
+STUDIO_TRUSTED_PROXIES = env_list("STUDIO_TRUSTED_PROXIES", [])
+for _proxy in STUDIO_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy)  # an address is a network of one
+    except ValueError:
+        raise ConfigError(
+            f"STUDIO_TRUSTED_PROXIES holds {_proxy!r}, which is not an IP address or network "
+            "(the proxies whose X-Forwarded-For is believed, e.g. 172.28.0.10 or 10.0.0.0/24; "
+            "'*' is refused: any client could then choose its own address)"
+        ) from None
+if os.environ.get("FORWARDED_ALLOW_IPS") and not STUDIO_TRUSTED_PROXIES:
+    raise ConfigError(
+        "FORWARDED_ALLOW_IPS is not read (scripts/web.sh turns uvicorn's proxy headers off "
+        "unless STUDIO_TRUSTED_PROXIES names the proxies): set STUDIO_TRUSTED_PROXIES instead"
+    )
 _ip_header = (env_str("STUDIO_CLIENT_IP_HEADER", "") or "").strip()
 if _ip_header and not _ip_header.replace("-", "").isalnum():
     raise ConfigError(f"STUDIO_CLIENT_IP_HEADER={_ip_header!r} is not a header name (X-Real-IP)")
@@ -179,17 +197,27 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "staticfiles"
+# Where collectstatic puts the files WhiteNoise serves with DEBUG off. The image collects
+# them at build time into a folder of its own (the Dockerfile sets STUDIO_STATIC_ROOT), so
+# every replica serves the same files whatever volume holds its data dir.
+STATIC_ROOT = Path(env_str("STUDIO_STATIC_ROOT", "") or DATA_DIR / "staticfiles")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Serve straight from static/ (no collectstatic needed) in development and tests.
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
 MEDIA_ROOT = DATA_DIR / "uploads"
 MEDIA_ROOT.mkdir(parents=True, exist_ok=True)
-FILE_UPLOAD_TEMP_DIR = None
-# A request's form fields other than files (a world typed into its editor fits); a file past
-# 2 MB goes to a temporary file as it uploads, not memory. Files: STUDIO_MAX_UPLOAD_MB.
-DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+# Where a request body (under uvicorn, `studio.asgi`) and an uploaded file past 2 MB are
+# written as they arrive: beside MEDIA_ROOT, on its filesystem, so that storing an upload is a
+# rename (`studio.services.import_jobs.store_upload`), not a second copy, and not in /tmp.
+FILE_UPLOAD_TEMP_DIR = str(MEDIA_ROOT / "incoming")
+Path(FILE_UPLOAD_TEMP_DIR).mkdir(parents=True, exist_ok=True)
+# The largest request body (`studio.body_limits`, refused before it is read): a page's form
+# (a world typed into its editor fits), its fields other than files, STUDIO_MAX_FORM_BODY_KB;
+# an upload, STUDIO_MAX_UPLOAD_MB (and 64 KB for its form); the episode API and MCP,
+# STUDIO_EPISODE_MAX_BODY_KB (below). A file past 2 MB goes to a temporary file, not memory.
+STUDIO_MAX_FORM_BODY_BYTES = env_int("STUDIO_MAX_FORM_BODY_KB", 10 * 1024 + 64, minimum=1) * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = STUDIO_MAX_FORM_BODY_BYTES
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_MB", 512, minimum=1) * 1024 * 1024
 # Uploads a person may make in any hour, over every project (studio.services.upload_limits).
@@ -216,6 +244,14 @@ STUDIO_IMPORT_MAX_LINE_BYTES = import_limits.MB * env_int(
 )
 STUDIO_IMPORT_MAX_FIELD_BYTES = import_limits.MB * env_int(
     "STUDIO_IMPORT_MAX_FIELD_MB", import_limits.DEFAULT_MAX_FIELD_MB, minimum=1
+)
+# What a project archive (`manage.py project_archive import`) may uncompress to, counted as it
+# is read: in all (a whole project with its carried files; 64 GB) and one line (a row, or a
+# 1 MB chunk of a carried file as base64; a row with a long observation fits in 256 MB). Past
+# either the import stops naming the line and the limit, and writes nothing: a gzip bomb.
+STUDIO_ARCHIVE_MAX_BYTES = import_limits.MB * env_int("STUDIO_ARCHIVE_MAX_MB", 65536, minimum=1)
+STUDIO_ARCHIVE_MAX_LINE_BYTES = import_limits.MB * env_int(
+    "STUDIO_ARCHIVE_MAX_LINE_MB", 256, minimum=1
 )
 
 # ---- HTTPS and browser security ----------------------------------------------------------
@@ -384,6 +420,29 @@ AGENT_MODEL_API_KEY = env_str("AGENT_MODEL_API_KEY", "") or WORLD_MODEL_API_KEY
 # URLs without being listed): a project member cannot point an endpoint at a server of
 # theirs and have a worker send it the operator's key.
 STUDIO_ENDPOINT_KEY_ENVS = env_key_bindings("STUDIO_ENDPOINT_KEY_ENVS")
+# The hosts endpoints may reach besides those of the URLs above (and STUDIO_DEMO_MODELS_URL):
+# names, addresses, CIDR networks or *; checked on save and before every request
+# (studio.services.endpoint_hosts), so no member makes the studio reach other hosts.
+STUDIO_ENDPOINT_ALLOWED_HOSTS = parse_allowed_hosts(
+    "STUDIO_ENDPOINT_ALLOWED_HOSTS",
+    env_list("STUDIO_ENDPOINT_ALLOWED_HOSTS", DEFAULT_ALLOWED_HOSTS),
+)
+# Who may create projects, and who may add, edit, delete and test a project's model
+# endpoints (studio.access; the README's Roles).
+PROJECT_CREATORS = ("staff", "staff-and-admins", "researchers", "everyone")
+ENDPOINT_EDITORS = ("staff", "admins", "researchers")
+STUDIO_PROJECT_CREATORS = (env_str("STUDIO_PROJECT_CREATORS") or "staff-and-admins").strip()
+if STUDIO_PROJECT_CREATORS not in PROJECT_CREATORS:
+    raise ConfigError(
+        f"STUDIO_PROJECT_CREATORS={STUDIO_PROJECT_CREATORS!r} must be one of "
+        f"{', '.join(PROJECT_CREATORS)}"
+    )
+STUDIO_ENDPOINT_EDITORS = (env_str("STUDIO_ENDPOINT_EDITORS") or "admins").strip()
+if STUDIO_ENDPOINT_EDITORS not in ENDPOINT_EDITORS:
+    raise ConfigError(
+        f"STUDIO_ENDPOINT_EDITORS={STUDIO_ENDPOINT_EDITORS!r} must be one of "
+        f"{', '.join(ENDPOINT_EDITORS)}"
+    )
 
 LOGGING = {
     "version": 1,

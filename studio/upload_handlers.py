@@ -2,6 +2,11 @@
 handlers would first write the whole file to memory or a temporary file, and the form would
 only then see its size. A body longer than the limit is refused before a byte of its file is
 read; a file found too large as it is read is dropped at the limit (its temporary file too).
+Under uvicorn such a body never gets here: `studio.body_limits` answers it 413 before Django
+buffers it (with the same allowance, FORM_ALLOWANCE_BYTES); this handler still names the
+file, refuses by the rate limit, and bounds a body that reaches Django another way (WSGI,
+the test client). A file it lets through lands in FILE_UPLOAD_TEMP_DIR, beside MEDIA_ROOT,
+and is moved from there to its place (`studio.services.import_jobs.store_upload`).
 
 Put first in `request.upload_handlers` (before the body is read: the view is csrf_exempt and
 checks CSRF itself once the handler is in place, as Django's documentation shows). A refused

@@ -45,7 +45,10 @@ def test_two_alike_web_replicas_serve_only_through_the_balancer():
         assert "ports" not in replica  # no way around the balancer
         assert replica["expose"] == ["8000"]
         env = replica["environment"]
-        assert env["FORWARDED_ALLOW_IPS"] == "*"  # the balancer's X-Forwarded-* are believed
+        # the balancer's X-Forwarded-* are believed, and no one else's
+        balancer_ip = services["balancer"]["networks"]["edge"]["ipv4_address"]
+        assert env["STUDIO_TRUSTED_PROXIES"] == balancer_ip
+        assert "FORWARDED_ALLOW_IPS" not in env
         # everything an episode is lives in the shared database and Redis
         assert env["DATABASE_URL"].startswith("postgres://") and "@postgres:" in env["DATABASE_URL"]
         assert env["REDIS_URL"] == "redis://redis:6379/0"

@@ -389,7 +389,6 @@ def test_an_export_with_progress_is_written_by_a_worker_and_downloads_once_compl
     )
     job = ExportJob.objects.get()
     assert page.status_code == 302 and page["Location"] == reverse("export_job", args=[job.pk])
-    assert client.get(reverse("export_download", args=[job.pk])).status_code == 404  # not yet
     done = wait_for(
         lambda: ExportJob.objects.filter(pk=job.pk, status="succeeded").first(), timeout=60
     )
@@ -408,6 +407,24 @@ def test_an_export_with_progress_is_written_by_a_worker_and_downloads_once_compl
     assert not [p for p in Path(done.stored_path).parent.iterdir() if p.name.startswith(".export-")]
     client.force_login(project.outsider)
     assert client.get(reverse("export_job", args=[job.pk])).status_code == 404
+    assert client.get(reverse("export_download", args=[job.pk])).status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_export_not_yet_written_does_not_download(client, project, queue_done, isolated_queues):
+    """Queued on this test's own queues, which no worker consumes: the job stays unwritten
+    for as long as the test looks (with the shared worker, it could be done before the
+    first request)."""
+    from studio.models import ExportJob
+
+    queue, _, _ = queue_done
+    version = create_version(project, None, SelectionData(name="sft", queue=queue))
+    client.force_login(project.users["annotator"])
+    client.post(
+        reverse("export_start", args=[version.pk]), {"format": "llamafactory", "style": "sharegpt"}
+    )
+    job = ExportJob.objects.get()
+    assert job.status == "queued"
     assert client.get(reverse("export_download", args=[job.pk])).status_code == 404
 
 

@@ -55,6 +55,7 @@ def data_dir(settings, tmp_path):
     """A data folder of this test alone: the sweep looks at every file in it."""
     settings.DATA_DIR = tmp_path
     settings.MEDIA_ROOT = tmp_path / "uploads"
+    settings.FILE_UPLOAD_TEMP_DIR = str(tmp_path / "uploads" / "incoming")
     settings.STUDIO_UPLOAD_RETENTION_DAYS = 7
     return tmp_path
 
@@ -147,12 +148,21 @@ def test_sweep_removes_leftovers_only_once_old(project, data_dir):
         age(Path(job.stored_path), 5)
         age(Path(job.stored_path).parent, 5)
 
+    incoming = data_dir / "uploads" / "incoming"  # an upload in flight is written here
+    incoming.mkdir(parents=True)
+    killed_upload = incoming / "tmpk1ll3d.upload.jsonl"
+    killed_upload.write_bytes(b"z" * 50)
+    age(killed_upload, 5)
+    uploading = incoming / "tmpl1ve.upload.jsonl"
+    uploading.write_bytes(b"z")
+
     counts = sweep_files()
     assert not dead.exists() and writing.exists() and finished.exists()
     assert not any(p.exists() for p in stale) and fresh.exists()
+    assert not killed_upload.exists() and uploading.exists()
     assert not Path(gone_job.stored_path).parent.exists()
     assert Path(other_db.stored_path).is_file()  # not this database's to judge
-    assert counts.temp_files == 4 and counts.uploads == 0
+    assert counts.temp_files == 5 and counts.uploads == 0
 
 
 @pytest.mark.django_db

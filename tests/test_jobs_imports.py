@@ -112,7 +112,7 @@ def test_import_progress_shows_while_the_atomic_import_runs(
     def shown() -> int | None:
         html = researcher_client.get(url, HTTP_HX_REQUEST="true").content.decode()
         found = re.search(r"Importing… (\d+)%", html)
-        return int(found.group(1)) if found and 0 < int(found.group(1)) < 100 else None
+        return int(found.group(1)) if found and 30 <= int(found.group(1)) < 100 else None
 
     from tests.support.worker import wait_for
 

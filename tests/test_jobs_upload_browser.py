@@ -68,3 +68,27 @@ def test_upload_shows_progress_and_result(
     assert Trajectory.objects.get().step_count == 600
     page.click("text=Open the library")
     page.wait_for_url(f"{live_server.url}/projects/{project.pk}/")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_file_over_the_limit_is_refused_in_the_page_before_it_is_sent(
+    page, login, live_server, project, tmp_path, settings
+):
+    """The server refuses such a body too (studio.body_limits), but a browser still sending
+    it when the 413 comes may show a reset connection: the page says it first."""
+    settings.STUDIO_MAX_UPLOAD_BYTES = 1024 * 1024
+    size = big_native_file(tmp_path / "build-logs.json")
+    assert size > settings.STUDIO_MAX_UPLOAD_BYTES
+    sent = []
+    page.on("request", lambda r: sent.append(r.url) if r.method == "POST" else None)
+    login(page, "researcher")
+    sent.clear()
+    page.goto(f"{live_server.url}/projects/{project.pk}/import/")
+    page.set_input_files("input[name=file]", str(tmp_path / "build-logs.json"))
+    page.click("#import-form button[type=submit]")
+    refusal = page.wait_for_selector(".upload-refusal")
+    assert " ".join(refusal.inner_text().split()) == (  # filesizeformat's no-break space
+        "build-logs.json is larger than the upload limit of 1.0 MB a file "
+        "(STUDIO_MAX_UPLOAD_MB); nothing was sent."
+    )
+    assert sent == [] and not ImportJob.objects.exists()

@@ -22,20 +22,21 @@ def test_members_page_of_foreign_project_is_404(outsider_client, project):
     assert response.status_code == 404
 
 
-def test_create_project_makes_creator_admin(researcher_client, project):
-    response = researcher_client.post(
-        reverse("project_create"), {"name": "Fresh", "description": ""}
-    )
+def test_create_project_makes_creator_admin(client, project):
+    # an admin of a project may create one (STUDIO_PROJECT_CREATORS: tests/test_project_creators.py)
+    client.force_login(project.users["admin"])
+    response = client.post(reverse("project_create"), {"name": "Fresh", "description": ""})
     assert response.status_code == 302
     m = Membership.objects.get(project__name="Fresh")
-    assert m.user == project.users["researcher"] and m.role == Role.ADMIN
+    assert m.user == project.users["admin"] and m.role == Role.ADMIN
 
 
-def test_invalid_new_project_keeps_the_project_list_intact(researcher_client, project):
+def test_invalid_new_project_keeps_the_project_list_intact(client, project):
     """The list re-rendered beside the form's errors still says how many trajectories each
     project holds (it used to lose the counts)."""
     Trajectory.objects.create(project=project, domain="terminal", title="t", source_key="k")
-    response = researcher_client.post(reverse("project_create"), {"name": "  ", "description": ""})
+    client.force_login(project.users["admin"])
+    response = client.post(reverse("project_create"), {"name": "  ", "description": ""})
     assert response.status_code == 400
     body = response.content.decode()
     assert "A project needs a name" in body or "This field is required" in body

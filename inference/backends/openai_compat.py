@@ -75,7 +75,7 @@ _MAX_CLIENTS = 32
 
 
 def shared_client(base_url: str, api_key: str, timeout: float):
-    from openai import OpenAI
+    from openai import DefaultHttpxClient, OpenAI
 
     key = (base_url, api_key, timeout)
     with _CLIENTS_LOCK:
@@ -83,7 +83,13 @@ def shared_client(base_url: str, api_key: str, timeout: float):
         if client is None:
             if len(_CLIENTS) >= _MAX_CLIENTS:
                 _CLIENTS.pop(next(iter(_CLIENTS)))  # the oldest; its connections close with it
-            client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+            client = OpenAI(
+                base_url=base_url,
+                api_key=api_key,
+                timeout=timeout,
+                max_retries=0,
+                http_client=DefaultHttpxClient(follow_redirects=False),
+            )
             _CLIENTS[key] = client
         return client
 

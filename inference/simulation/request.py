@@ -213,6 +213,10 @@ class SimulationRequest:
             )
             if max_steps is not None and (max_steps > 1 or agent_first):
                 agent = v.agent(defaults)
+        else:
+            # only a rollout reads it, but a max_steps given to another mode is still checked:
+            # -5 accepted (and ignored) reads as if it meant something
+            v.integer("max_steps", 1, limits.MAX_ROLLOUT_STEPS, what="the steps of a rollout")
         if mode == "replay" and fork_index is not None and fork_index + 1 >= fork.step_count:
             v.error(
                 "mode",

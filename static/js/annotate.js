@@ -183,6 +183,27 @@
   if (next) next.addEventListener("click", function () {
     document.getElementById("annotation-then").value = "next";
   });
+  // An observation longer than the page shows is not put in the editor with the page (it
+  // would be on it twice): asked for, it is loaded whole from its Show all address, so a
+  // correction is always made from the whole of it.
+  var load = document.getElementById("correction-load");
+  if (load) load.addEventListener("click", function () {
+    var editor = document.getElementById("corrected-observation");
+    load.disabled = true;
+    load.textContent = "Loading…";
+    fetch(load.dataset.url, { credentials: "same-origin" }).then(function (response) {
+      if (!response.ok) throw new Error("the server answered " + response.status);
+      return response.text();
+    }).then(function (text) {
+      editor.value = text;
+      editor.removeAttribute("data-cut");
+      load.textContent = "Loaded: the editor holds the whole observation";
+      editor.focus();
+    }).catch(function (error) {
+      load.disabled = false;
+      load.textContent = "Could not load it (" + error.message + "): try again";
+    });
+  });
   show(0, true);
   form.dataset.keys = "ready";  // the shortcuts listen from here on (tests wait for it)
 })();

@@ -15,8 +15,14 @@
   the same token (the same archive imported twice): that token is left out, with a warning.
 - The project's name must be free here (or give another); a second import of the same
   archive under another name is a second, independent copy.
-- The archive's migrations must all be applied here (an older studio cannot read a newer
+- This database must be migrated (every migration this installation has, applied), and the
+  archive's migrations must all be known here (an older studio cannot read a newer
   archive); a field this installation added since takes its default.
+- What the archive uncompresses to is counted as it is read, against STUDIO_ARCHIVE_MAX_MB
+  in all and STUDIO_ARCHIVE_MAX_LINE_MB a line (a row, a chunk of a carried file), and a
+  carried file may not grow past the size its line declares: a gzip bomb (a small file that
+  uncompresses to gigabytes, or to one endless line) is refused naming the line, the part of
+  the archive and the limit, and is never read into memory or onto disk whole.
 
 Anything else wrong (a truncated file, a row pointing at a row the archive lacks, a value
 the database refuses) stops the import with a message naming the archive line, and nothing
@@ -37,6 +43,7 @@ from io import BufferedIOBase
 from pathlib import Path
 from typing import IO, Any, cast
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import (
     DEFAULT_DB_ALIAS,
@@ -56,11 +63,15 @@ from studio.archive.files import FILE_FIELDS, discard
 from studio.archive.pkmap import PkMap
 from studio.archive.schema import PROJECT, Plan, plans
 from studio.archive.writer import Progress, applied_migrations, no_progress
+from studio.importers.limits import MB, size_text
 from studio.models import ModelEndpoint, Project
 
 BATCH_ROWS = 1000
 FIX_UP_ROWS = 250  # bulk_update builds a CASE expression per row and field: kept small
 BATCH_BYTES = 4 << 20  # a batch of big rows (long observations) is cut sooner
+# The settings that bound what an archive may uncompress to (studio/settings.py), named in errors.
+MAX_ENV = "STUDIO_ARCHIVE_MAX_MB"
+MAX_LINE_ENV = "STUDIO_ARCHIVE_MAX_LINE_MB"
 # Models whose rows are left out, with a warning, when a unique value is already taken here.
 SKIP_ON_CLASH = {"studio.apitoken": "the same token already exists in this database"}
 
@@ -79,13 +90,20 @@ class ImportResult:
 
 
 class _Lines:
-    """The archive's lines, parsed, with their numbers for messages."""
+    """The archive's lines, parsed, with their numbers and the part of the archive they are
+    in (`where`) for messages. The uncompressed bytes are counted as they are read: no line
+    is read past STUDIO_ARCHIVE_MAX_LINE_MB, nor the archive past STUDIO_ARCHIVE_MAX_MB, so a
+    gzip bomb stops at the limit instead of filling memory."""
 
     def __init__(self, handle: BufferedIOBase, name: str):
         self.handle = handle
         self.name = name
         self.number = 0
         self.pending: Any = None
+        self.where = "the header"
+        self.read_bytes = 0
+        self.max_bytes = int(settings.STUDIO_ARCHIVE_MAX_BYTES)
+        self.max_line_bytes = int(settings.STUDIO_ARCHIVE_MAX_LINE_BYTES)
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -94,8 +112,10 @@ class _Lines:
         if self.pending is not None:
             line, self.pending = self.pending, None
             return line
+        room = self.max_bytes - self.read_bytes
+        most = min(self.max_line_bytes, room)
         try:
-            raw = self.handle.readline()
+            raw = self.handle.readline(most + 1)  # one byte more: a line past the limit shows
         except (EOFError, OSError, zlib.error) as exc:
             raise ArchiveError(
                 f"{self.name}: unreadable after line {self.number} ({exc}): the file is "
@@ -103,7 +123,10 @@ class _Lines:
             ) from None
         if not raw:
             raise StopIteration
+        self.read_bytes += len(raw)
         self.number += 1
+        if len(raw) > most:
+            raise self._too_big(most == self.max_line_bytes)
         try:
             return codec.loads(raw)
         except ValueError:
@@ -114,6 +137,26 @@ class _Lines:
 
     def error(self, message: str) -> ArchiveError:
         return ArchiveError(f"{self.name}, line {self.number}: {message}")
+
+    def _too_big(self, line_limit: bool) -> ArchiveError:
+        if line_limit:
+            what = (
+                f"the line is longer than {size_text(self.max_line_bytes)} uncompressed "
+                f"(limit {MAX_LINE_ENV}={_mb(self.max_line_bytes)})"
+            )
+        else:
+            what = (
+                f"the archive uncompresses to more than {size_text(self.max_bytes)} "
+                f"(limit {MAX_ENV}={_mb(self.max_bytes)})"
+            )
+        return self.error(
+            f"{what}, in {self.where}: not an archive a studio wrote (a compressed file that "
+            "expands without end), or raise the limit"
+        )
+
+
+def _mb(size: int) -> str:
+    return f"{size / MB:g}"
 
 
 def read_header(path: Path) -> dict[str, Any]:
@@ -133,17 +176,38 @@ def _header(lines: _Lines) -> dict[str, Any]:
         raise lines.error(
             f"archive format version {version!r}; this studio reads version {codec.FORMAT_VERSION}"
         )
+    lines.where = "the lines after the header"
     return header
+
+
+def _check_migrated(name: str) -> None:
+    """This database holds every migration this installation has (an empty database, or
+    one migrated by an older release of this studio, would otherwise read as an archive from
+    a newer studio: its migrations are missing here)."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    todo = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if todo:
+        names = [f"{migration.app_label}.{migration.name}" for migration, _backwards in todo]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        raise ArchiveError(
+            f"this database is not migrated: it lacks the migration(s) {shown} (run "
+            f"`python manage.py migrate`, then import {name} again)"
+        )
 
 
 def _check_schema(header: dict[str, Any], name: str) -> dict[str, list[models.Field | None]]:
     """Each archived model's fields, in the archive's order, as this installation's fields;
-    fails on anything this installation cannot hold."""
+    fails on anything this installation cannot hold. The database is migrated
+    (`_check_migrated`), so a migration of the archive's it lacks is one this studio does
+    not know."""
     missing = sorted(set(header.get("migrations") or []) - set(applied_migrations()))
     if missing:
         raise ArchiveError(
             f"{name} was written by a newer studio: this database lacks the migrations "
-            f"{', '.join(missing)} (upgrade this installation and run migrate first)"
+            f"{', '.join(missing)}, which this installation does not know (upgrade it, then "
+            "run `python manage.py migrate`)"
         )
     ours = {plan.label: plan for plan in plans()}
     layout: dict[str, list[models.Field | None]] = {}
@@ -199,6 +263,7 @@ def import_archive(
         with gzip.open(path, "rb") as handle:
             lines = _Lines(handle, str(path))
             header = _header(lines)
+            _check_migrated(str(path))
             layout = _check_schema(header, str(path))
             project_name = name or header["project"]["name"]
             if Project.objects.filter(name=project_name).exists():
@@ -241,6 +306,7 @@ class _Import:
         ended = None
         for line in self.lines:
             if isinstance(line, dict) and "users" in line:
+                self.lines.where = "the users"
                 self._users(line["users"])
             elif isinstance(line, dict) and "model" in line:
                 self._model(line)
@@ -287,6 +353,7 @@ class _Import:
 
     def _model(self, section: dict[str, Any]) -> None:
         label = section["model"]
+        self.lines.where = f"the {label} rows"
         if label not in self.layout:
             raise self.lines.error(f"{label}: a section the header does not list")
         plan = next(p for p in plans() if p.label == label)
@@ -493,6 +560,10 @@ class _Import:
         if where is None or new is None:
             raise self.lines.error(f"a file for {label} {old}, which this archive has no row for")
         assert self.result is not None
+        declared = line.get("size")
+        if not isinstance(declared, int) or declared < 0:
+            raise self.lines.error(f"the file of {label} {old} has no size")
+        self.lines.where = f"the carried file {line.get('name')!r} of {label} {old}"
         path = where(self.result.project.pk, str(line.get("name") or "file"))
         self.written_files.append(path)
         digest = hashlib.sha256()
@@ -500,13 +571,21 @@ class _Import:
         with path.open("wb") as out:
             for chunk in self.lines:
                 if isinstance(chunk, list) and chunk[:1] == ["chunk"]:
-                    data = base64.b64decode(chunk[1])
-                    digest.update(data)
+                    try:
+                        data = base64.b64decode(chunk[1], validate=True)
+                    except (IndexError, TypeError, ValueError):  # binascii.Error: a ValueError
+                        raise self.lines.error(f"the file of {label} {old} is damaged") from None
                     size += len(data)
+                    if size > declared:  # stopped here, not at the end of a longer file
+                        raise self.lines.error(
+                            f"the file of {label} {old} is longer than the {declared:,} bytes "
+                            "its line declares: the archive is damaged"
+                        )
+                    digest.update(data)
                     out.write(data)
                     continue
                 if isinstance(chunk, dict) and "end_file" in chunk:
-                    if chunk["end_file"] != digest.hexdigest() or size != line.get("size"):
+                    if chunk["end_file"] != digest.hexdigest() or size != declared:
                         raise self.lines.error(f"the file of {label} {old} is damaged")
                     break
                 raise self.lines.error(f"the file of {label} {old} ends early")
@@ -542,6 +621,17 @@ class _Import:
                 decrypt(token)
             except SecretError:
                 self.result.unreadable_keys.append(name)
+        from studio.services.endpoint_hosts import refusal
+
+        # kept as they were (the archive is the project's record), but said now: each is
+        # refused when it is first used, as any endpoint outside the allowlist is
+        endpoints = ModelEndpoint.objects.filter(project=self.result.project)
+        for name, base_url in endpoints.values_list("name", "base_url"):
+            why = refusal(base_url)
+            if why is not None:
+                self.result.warnings.append(
+                    f"the model endpoint {name!r} will not be used until its URL is allowed: {why}"
+                )
 
 
 def _copy_rows(plan: Plan, batch: list[models.Model]) -> list[models.Model]:

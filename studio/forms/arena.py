@@ -14,6 +14,7 @@ from django.conf import settings
 from inference.simulation import limits
 from inference.simulation.request import ForkFacts, InvalidRequest, SimulationRequest
 from studio.forms.branching import NO_DEFAULTS
+from studio.forms.fields import FiniteFloatField
 from studio.models import Branch, EndpointRole, ModelEndpoint, Project
 from studio.services.arena import ArenaData
 from studio.services.endpoints import endpoints_for, world_input
@@ -49,16 +50,27 @@ class ArenaForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="Tick two or more: each runs the same fork with the same seed.",
     )
-    n = forms.IntegerField(label="Futures per model (N)", initial=2)
+    n = forms.IntegerField(
+        label="Futures per model (N)", initial=2, min_value=1, max_value=limits.MAX_FUTURES
+    )
     action = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 5, "spellcheck": "false"}),
         strip=False,
         required=False,
         help_text="The action every model answers. Blank: the recorded action at this step.",
     )
-    temperature = forms.FloatField(initial=limits.DEFAULT_TEMPERATURE)
-    top_p = forms.FloatField(label="top_p", initial=limits.DEFAULT_TOP_P)
-    max_tokens = forms.IntegerField(label="max_tokens", initial=limits.DEFAULT_MAX_TOKENS)
+    temperature = FiniteFloatField(
+        initial=limits.DEFAULT_TEMPERATURE, min_value=0.0, max_value=limits.TEMPERATURE_MAX
+    )
+    top_p = FiniteFloatField(
+        label="top_p", initial=limits.DEFAULT_TOP_P, min_value=0.0, max_value=1.0
+    )
+    max_tokens = forms.IntegerField(
+        label="max_tokens",
+        initial=limits.DEFAULT_MAX_TOKENS,
+        min_value=1,
+        max_value=limits.MAX_TOKENS,
+    )
     seed = forms.IntegerField(
         required=False,
         min_value=0,
@@ -70,7 +82,7 @@ class ArenaForm(forms.Form):
     judge = forms.ModelChoiceField(
         queryset=ModelEndpoint.objects.none(), label="Judge model", empty_label=None
     )
-    judge_temperature = forms.FloatField(
+    judge_temperature = FiniteFloatField(
         min_value=0.0, max_value=2.0, initial=0.6, label="Judge temperature"
     )
     judge_max_tokens = forms.IntegerField(

@@ -22,6 +22,7 @@ from inference.simulation.request import (
     InvalidRequest,
     SimulationRequest,
 )
+from studio.forms.fields import MAX_ID, FiniteFloatField, PlainNameField, id_field
 from studio.models import Domain, EndpointRole, ModelEndpoint, Perturbation, World
 from studio.models.trajectories import BranchOrigin
 from studio.services.endpoints import (
@@ -123,13 +124,15 @@ class SimulateForm(forms.Form):
     mode = forms.ChoiceField(choices=list(limits.MODES.items()), initial="next")
     max_steps = forms.IntegerField(
         required=False,
+        min_value=1,
+        max_value=limits.MAX_ROLLOUT_STEPS,
         label="Max steps",
         help_text=f"Agent rollout only: steps the agent takes, 1-{limits.MAX_ROLLOUT_STEPS}. "
         "Replay re-simulates every later recorded step.",
     )
     n = forms.IntegerField(label="Futures (N)", initial=1)
-    temperature = forms.FloatField(initial=limits.DEFAULT_TEMPERATURE)
-    top_p = forms.FloatField(label="top_p", initial=limits.DEFAULT_TOP_P)
+    temperature = FiniteFloatField(initial=limits.DEFAULT_TEMPERATURE)
+    top_p = FiniteFloatField(label="top_p", initial=limits.DEFAULT_TOP_P)
     max_tokens = forms.IntegerField(label="max_tokens", initial=limits.DEFAULT_MAX_TOKENS)
     seed = forms.IntegerField(required=False, help_text="Blank: random.")
     world_endpoint = forms.ModelChoiceField(
@@ -165,16 +168,24 @@ class SimulateForm(forms.Form):
         empty_label="(none)",
         help_text="Replay and rollout: a rule over the steps after this one.",
     )
-    rule_first_step = forms.IntegerField(required=False, min_value=0, label="from step")
-    rule_last_step = forms.IntegerField(required=False, min_value=0, label="to step")
+    rule_first_step = forms.IntegerField(
+        required=False, min_value=0, max_value=MAX_ID, label="from step"
+    )
+    rule_last_step = forms.IntegerField(
+        required=False, min_value=0, max_value=MAX_ID, label="to step"
+    )
     rule_tool = forms.CharField(
         required=False,
         max_length=200,
         label="only tool",
         help_text="Blank: every action. A JSON call's name, or a command's first word.",
     )
-    rule_probability = forms.FloatField(
-        required=False, label="probability", help_text="0-1; blank: 1 (every matching step)."
+    rule_probability = FiniteFloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        label="probability",
+        help_text="0-1; blank: 1 (every matching step).",
     )
     sweep = forms.ModelMultipleChoiceField(
         queryset=Perturbation.objects.none(),
@@ -364,7 +375,11 @@ def _sentence(message: str) -> str:
 
 
 class RenameBranchForm(forms.Form):
-    name = forms.CharField(max_length=200, error_messages={"required": "A branch needs a name."})
+    name = PlainNameField(
+        max_length=200,
+        what="the branch's name",
+        error_messages={"required": "A branch needs a name."},
+    )
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
@@ -401,12 +416,12 @@ class CompareForm(_BranchChoiceForm):
     MAX_BRANCHES = 6
 
     b = forms.TypedMultipleChoiceField(coerce=int, required=False, label="Branches")
-    fork = forms.IntegerField(required=False)
-    at = forms.IntegerField(required=False, min_value=0)
+    fork = id_field(required=False)
+    at = forms.IntegerField(required=False, min_value=0, max_value=MAX_ID)
     # which action's futures (`studio.services.futures.action_key`); default: the most tried
     action = forms.RegexField(regex=r"^[0-9a-f]{1,40}$", required=False)
     diff = forms.ChoiceField(choices=COMPARE_DIFFS, required=False)
-    start = forms.IntegerField(required=False, min_value=0)
+    start = forms.IntegerField(required=False, min_value=0, max_value=MAX_ID)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -462,11 +477,11 @@ class CompareRowsForm(_BranchChoiceForm):
 
     b = forms.TypedMultipleChoiceField(coerce=int, label="Branches")
     diff = forms.ChoiceField(choices=COMPARE_DIFFS, required=False)
-    start = forms.IntegerField(min_value=0, required=False)
-    run = forms.IntegerField(min_value=0, required=False)
-    to = forms.IntegerField(min_value=0, required=False)
-    at = forms.IntegerField(min_value=0, required=False)
-    column = forms.IntegerField(required=False)
+    start = forms.IntegerField(min_value=0, max_value=MAX_ID, required=False)
+    run = forms.IntegerField(min_value=0, max_value=MAX_ID, required=False)
+    to = forms.IntegerField(min_value=0, max_value=MAX_ID, required=False)
+    at = forms.IntegerField(min_value=0, max_value=MAX_ID, required=False)
+    column = id_field(required=False)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -12,7 +12,9 @@ from django.core.validators import MaxValueValidator
 from django.db.models import Avg, OuterRef, Subquery
 
 from inference.rubrics import EPISODE_SEED_LIMIT
+from inference.worlds import non_finite, number_word
 from studio.forms.datasets import turns_of_source
+from studio.forms.fields import FiniteFloatField, PlainNameField
 from studio.models import (
     Campaign,
     CampaignSource,
@@ -90,7 +92,7 @@ def world_model_help(project: Project, candidates: list[ModelEndpoint]) -> str:
 
 
 class CampaignForm(forms.Form):
-    name = forms.CharField(max_length=200)
+    name = PlainNameField(max_length=200, what="the campaign's name")
     world = forms.ModelChoiceField(
         queryset=World.objects.none(),
         required=False,
@@ -162,7 +164,7 @@ class CampaignForm(forms.Form):
         "campaign). Every arm plays a task's repeat with the same seed.",
     )
     concurrency = forms.IntegerField(min_value=1, label="Episodes at once")
-    temperature = forms.FloatField(
+    temperature = FiniteFloatField(
         min_value=0.0, max_value=2.0, initial=0.7, label="Agent temperature"
     )
     max_tokens = forms.IntegerField(
@@ -233,7 +235,11 @@ class CampaignForm(forms.Form):
         )
         concurrency.widget.attrs.update(min="1", max=str(max_concurrency()))
         self.fields["max_steps"].widget.attrs.update(min="1", max=str(MAX_STEPS_LIMIT))
-        self.fields["episodes_per_task"].widget.attrs.update(min="1")
+        # every task's episodes count against STUDIO_CAMPAIGN_MAX_EPISODES: one task's too
+        episodes = cast(forms.IntegerField, self.fields["episodes_per_task"])
+        episodes.max_value = settings.STUDIO_CAMPAIGN_MAX_EPISODES
+        episodes.validators.append(MaxValueValidator(settings.STUDIO_CAMPAIGN_MAX_EPISODES))
+        episodes.widget.attrs.update(min="1", max=str(settings.STUDIO_CAMPAIGN_MAX_EPISODES))
         first_agent = agents.first()
         if first_agent is not None:
             agent_field.initial = first_agent.pk
@@ -323,6 +329,17 @@ class CampaignForm(forms.Form):
             message = str(exc)
             self.add_error("tasks_file", message if message.endswith(".") else message + ".")
             return []
+        for i, task in enumerate(tasks):
+            # json.loads takes NaN / Infinity (e.g. in a state check's "equals"): refused here,
+            # naming the task and the path, before anything is stored
+            found = non_finite(task, "")
+            if found is not None:
+                self.add_error(
+                    "tasks_file",
+                    f"{name}, task {i + 1}: {found[0]} is {number_word(found[1])}: only finite "
+                    "numbers are allowed.",
+                )
+                return []
         if not tasks:
             self.add_error("tasks_file", f"{name} has no task in it.")
         return tasks
@@ -463,7 +480,7 @@ def judge_scores(trajectory_ids: list[int]) -> dict[int, float]:
 
 class CampaignQueueForm(forms.Form):
     which = forms.ChoiceField(choices=QUEUE_WHICH, initial="failed", label="Episodes")
-    below = forms.FloatField(
+    below = FiniteFloatField(
         required=False,
         min_value=1.0,
         max_value=5.0,
@@ -472,7 +489,7 @@ class CampaignQueueForm(forms.Form):
         help_text="For “judge score below”: an episode's score is the mean of its judged "
         "steps' newest scores (1–5); episodes not judged are left out.",
     )
-    name = forms.CharField(max_length=200, label="Queue name")
+    name = PlainNameField(max_length=200, label="Queue name", what="the queue's name")
 
     def __init__(self, *args: Any, campaign: Campaign, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -523,7 +540,8 @@ def dataset_default_name(campaign: Campaign, which: str, turns: str) -> str:
 class CampaignDatasetForm(forms.Form):
     which = forms.ChoiceField(choices=DATASET_WHICH, initial="success", label="Episodes")
     turns = forms.ChoiceField(choices=TURNS, initial="agent", widget=forms.RadioSelect)
-    dataset_name = forms.CharField(
+    dataset_name = PlainNameField(
+        what="the dataset's name",
         max_length=200,
         label="Dataset",
         help_text="A new version of this dataset (made if the project has none of that name). "

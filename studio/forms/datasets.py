@@ -10,6 +10,7 @@ from typing import Any, cast
 from django import forms
 
 from studio.exports.formats import FORMATS, ExportOptions
+from studio.forms.fields import PlainNameField
 from studio.forms.queues import StepFilterForm
 from studio.models import AnnotationQueue, Project
 from studio.services.datasets import MAX_ITEMS, SelectionData
@@ -24,8 +25,10 @@ class DatasetForm(StepFilterForm):
         "perturbed", "malformed", "tag", "world", "judge_below", "limit",
     ]  # fmt: skip
 
-    name = forms.CharField(
-        max_length=200, help_text="A new name makes a dataset; an existing one a new version"
+    name = PlainNameField(
+        max_length=200,
+        what="the dataset's name",
+        help_text="A new name makes a dataset; an existing one a new version",
     )
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     source = forms.ChoiceField(choices=SOURCES, initial="queue", widget=forms.RadioSelect)
@@ -75,7 +78,7 @@ class DatasetForm(StepFilterForm):
 
 
 class AddStepForm(forms.Form):
-    name = forms.CharField(max_length=200, label="Dataset")
+    name = PlainNameField(max_length=200, label="Dataset", what="the dataset's name")
     # the second POST after the warning that someone rejected the step
     confirm = forms.BooleanField(required=False)
 

@@ -11,6 +11,7 @@ from django import forms
 
 from inference.simulation import limits
 from studio.models import EndpointKind, EndpointRole, ModelEndpoint
+from studio.services import endpoint_hosts
 from studio.services.endpoints import CHAT_ONLY_ROLES, EndpointData, env_key_refusal
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -25,7 +26,8 @@ class EndpointForm(forms.Form):
         required=False,
         max_length=500,
         label="Base URL",
-        help_text="OpenAI-compatible servers: e.g. http://127.0.0.1:8001/v1",
+        help_text="OpenAI-compatible servers: e.g. http://127.0.0.1:8001/v1. Its host must be "
+        "one the operator allows (STUDIO_ENDPOINT_ALLOWED_HOSTS).",
     )
     model = forms.CharField(
         required=False,
@@ -136,6 +138,8 @@ class EndpointForm(forms.Form):
                 self.add_error(
                     "base_url", f"The base URL must start with http:// or https:// (got {url!r})."
                 )
+            elif refusal := endpoint_hosts.refusal(url):
+                self.add_error("base_url", refusal + ".")
         if kind in limits.BACKENDS_NEEDING_MODEL and not (data.get("model") or "").strip():
             self.add_error("model", "Name the model: the served model name, or a path or hub id.")
         if data.get("api_key") and data.get("api_key_env"):

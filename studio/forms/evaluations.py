@@ -7,6 +7,7 @@ from typing import Any, cast
 
 from django import forms
 
+from studio.forms.fields import FiniteFloatField, PlainNameField
 from studio.models import DOMAINS, EndpointRole, ModelEndpoint, Project
 from studio.services.evaluations import (
     MAX_SAMPLES_PER_DOMAIN,
@@ -17,7 +18,9 @@ from studio.services.evaluations import (
 
 
 class EvaluationForm(forms.Form):
-    name = forms.CharField(max_length=200, help_text="How the leaderboard names this run")
+    name = PlainNameField(
+        max_length=200, what="the run's name", help_text="How the leaderboard names this run"
+    )
     world = forms.ModelChoiceField(
         queryset=ModelEndpoint.objects.none(), label="World model", empty_label=None
     )
@@ -51,12 +54,12 @@ class EvaluationForm(forms.Form):
         help_text="The same source, files, domains, limit and seed draw the same samples, so "
         "runs made with them score the same steps and compare (blank: 0)",
     )
-    temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.6)
+    temperature = FiniteFloatField(min_value=0.0, max_value=2.0, initial=0.6)
     max_tokens = forms.IntegerField(min_value=1, max_value=262144, initial=32768)
-    top_p = forms.FloatField(
+    top_p = FiniteFloatField(
         min_value=0.0, max_value=1.0, required=False, help_text="Blank: not sent"
     )
-    judge_temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.6)
+    judge_temperature = FiniteFloatField(min_value=0.0, max_value=2.0, initial=0.6)
     judge_max_tokens = forms.IntegerField(min_value=1, max_value=262144, initial=32768)
     concurrency = forms.IntegerField(
         min_value=1, max_value=64, initial=8, help_text="Requests at once, to each model"

@@ -7,6 +7,7 @@ from typing import Any, cast
 
 from django import forms
 
+from studio.forms.fields import FiniteFloatField, id_field
 from studio.models import (
     AnnotationQueue,
     Branch,
@@ -25,11 +26,11 @@ class JudgeForm(forms.Form):
         queryset=ModelEndpoint.objects.none(), label="Judge model", empty_label=None
     )
     target = forms.ChoiceField(choices=JudgeTarget.choices, widget=forms.HiddenInput)
-    branch = forms.IntegerField(required=False, widget=forms.HiddenInput)
-    fork = forms.IntegerField(required=False, widget=forms.HiddenInput)
-    queue = forms.IntegerField(required=False, widget=forms.HiddenInput)
-    campaign = forms.IntegerField(required=False, widget=forms.HiddenInput)
-    temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.6)
+    branch = id_field(required=False, widget=forms.HiddenInput)
+    fork = id_field(required=False, widget=forms.HiddenInput)  # a simulation job
+    queue = id_field(required=False, widget=forms.HiddenInput)
+    campaign = id_field(required=False, widget=forms.HiddenInput)
+    temperature = FiniteFloatField(min_value=0.0, max_value=2.0, initial=0.6)
     max_tokens = forms.IntegerField(min_value=1, max_value=262144, initial=32768)
     concurrency = forms.IntegerField(
         min_value=1, max_value=64, initial=8, help_text="Requests at once to the judge"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
+from studio.forms.fields import FiniteFloatField
 from studio.models import Domain, Project
 from studio.services.episode_library import CLIENTS, STATES
 
@@ -48,12 +49,12 @@ class LibraryFilterForm(forms.Form):
         required=False, coerce=int, empty_value=None, choices=[("", "Any token")]
     )
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *STATES])
-    reward_min = forms.FloatField(
+    reward_min = FiniteFloatField(
         required=False,
         label="Total reward from",
         widget=forms.NumberInput(attrs={"step": "any", "placeholder": "total reward ≥"}),
     )
-    reward_max = forms.FloatField(
+    reward_max = FiniteFloatField(
         required=False,
         label="Total reward to",
         widget=forms.NumberInput(attrs={"step": "any", "placeholder": "total reward ≤"}),

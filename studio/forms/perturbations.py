@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 
 from inference import perturbations as perturbing
+from studio.forms.fields import PlainNameField
 from studio.models import Perturbation
 from studio.models.perturbations import PerturbationKind, PerturbationMode
 
@@ -18,7 +19,7 @@ def param_field_name(kind: str, param: str) -> str:
 
 
 class PerturbationForm(forms.Form):
-    name = forms.CharField(max_length=100)
+    name = PlainNameField(max_length=100, what="the perturbation's name")
     kind = forms.ChoiceField(choices=PerturbationKind.choices)
     mode = forms.ChoiceField(
         choices=PerturbationMode.choices,

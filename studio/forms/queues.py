@@ -15,9 +15,11 @@ from typing import Any, cast
 from django import forms
 from django.contrib.auth import get_user_model
 
+from inference.worlds import loads as strict_json
+from studio.forms.fields import FiniteFloatField, PlainNameField
 from studio.models import Branch, Project, World
 from studio.services.questions import validate_questions
-from studio.services.queues import DOMAIN_CHOICES, MAX_ITEMS, ORIGINS, QueueData
+from studio.services.queues import DOMAIN_CHOICES, MAX_ITEMS, ORIGINS, QueueData, name_taken
 
 MAX_GUIDELINES_CHARS = 50_000
 QUESTION_LINE = re.compile(
@@ -41,9 +43,13 @@ def parse_questions(text: str) -> list[dict[str, Any]]:
         return []
     if text.startswith("["):
         try:
-            raw = json.loads(text)
+            raw = strict_json(text)  # NaN / Infinity refused (a WorldError, a ValueError)
         except json.JSONDecodeError as exc:
             raise ValueError(f"the questions are not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise ValueError("the questions' JSON is nested too deeply") from None
+        except ValueError as exc:
+            raise ValueError(f"the questions: {exc}") from None
         return validate_questions(raw)
     raw = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -119,7 +125,7 @@ class StepFilterForm(forms.Form):
     )
     tag = forms.CharField(max_length=100, required=False, help_text="A trajectory tag")
     world = forms.ChoiceField(choices=[], required=False, help_text="Steps simulated in a world")
-    judge_below = forms.FloatField(
+    judge_below = FiniteFloatField(
         required=False,
         min_value=1.0,
         max_value=5.0,
@@ -157,7 +163,7 @@ class QueueForm(StepFilterForm, SetupFields):
         "judge_below", "branches", "limit",
     ]  # fmt: skip
 
-    name = forms.CharField(max_length=200)
+    name = PlainNameField(max_length=200, what="the queue's name")
     annotators_per_item = forms.IntegerField(
         min_value=1, max_value=5, initial=2, help_text="How many people annotate each step (1-5)"
     )
@@ -180,6 +186,16 @@ class QueueForm(StepFilterForm, SetupFields):
         super().__init__(*args, project=project, **kwargs)
         members = get_user_model().objects.filter(memberships__project=project).order_by("username")
         cast(forms.ModelMultipleChoiceField, self.fields["assignees"]).queryset = members
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        clash = name_taken(self.project, name)
+        if clash is not None:
+            raise forms.ValidationError(
+                f"This project already has a queue named {clash!r} (queue names are unique "
+                "per project, ignoring case)."
+            )
+        return name
 
     def clean_branches(self) -> tuple[int, ...]:
         raw = self.cleaned_data.get("branches") or ""

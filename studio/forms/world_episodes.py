@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django import forms
 
+from studio.forms.fields import PlainNameField
 from studio.services import world_episodes as service
 from studio.services.episode_library import CLIENTS, STATES
 from studio.services.episode_selection import MAX_EPISODES, NAME_CHARS, TURNS
@@ -84,7 +85,7 @@ class SelectionQueueForm(forms.Form):
     )
     # the table's checkboxes: the same ids, for those who do not draw on the chart
     episode = forms.TypedMultipleChoiceField(required=False, coerce=int, choices=[])
-    name = forms.CharField(max_length=NAME_CHARS, label="Queue name")
+    name = PlainNameField(max_length=NAME_CHARS, label="Queue name", what="the queue's name")
     blind = forms.BooleanField(required=False, label="Blind (annotators do not see each other)")
 
     def __init__(self, *args, **kwargs):
@@ -107,6 +108,6 @@ class SelectionQueueForm(forms.Form):
 
 
 class SelectionDatasetForm(SelectionQueueForm):
-    name = forms.CharField(max_length=NAME_CHARS, label="Dataset name")
+    name = PlainNameField(max_length=NAME_CHARS, label="Dataset name", what="the dataset's name")
     turns = forms.ChoiceField(choices=list(TURNS.items()), initial="agent", label="Turns")
     blind = None  # type: ignore[assignment]

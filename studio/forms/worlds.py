@@ -16,13 +16,14 @@ from django import forms
 from django.forms import formset_factory
 
 from inference import worlds as worlding
+from studio.forms.fields import PlainNameField, loads_json
 from studio.models import Domain, World
 
 TEXTAREA = {"rows": 3, "spellcheck": "false"}
 
 
 class BasicsForm(forms.Form):
-    name = forms.CharField(max_length=200)
+    name = PlainNameField(max_length=200, what="the world's name")
     domain = forms.ChoiceField(choices=Domain.choices)
     description = forms.CharField(
         required=False,
@@ -70,7 +71,11 @@ class FileForm(forms.Form):
 
 
 class ToolForm(forms.Form):
-    name = forms.CharField(required=False, max_length=200)
+    name = forms.CharField(
+        required=False,
+        max_length=64,
+        help_text=f"{worlding.TOOL_NAME_RULE[0].upper()}{worlding.TOOL_NAME_RULE[1:]}.",
+    )
     description = forms.CharField(required=False, max_length=2000)
     parameters = forms.CharField(
         required=False,
@@ -79,12 +84,23 @@ class ToolForm(forms.Form):
         '"string"}}, "required": ["city"]}. Blank: no arguments.',
     )
 
+    def clean_name(self) -> str:
+        name = self.cleaned_data.get("name", "").strip()
+        problem = worlding.tool_name_problem(name) if name else None
+        if problem is not None:
+            raise forms.ValidationError(problem[0].upper() + problem[1:] + ".")
+        return name
+
     def clean_parameters(self) -> Any:
         text = self.cleaned_data.get("parameters", "").strip()
         if not text:
             return {"type": "object", "properties": {}}
         try:
-            return json.loads(text)
+            schema = worlding.loads(text, check=False)
+            worlding.check_finite(schema, "parameters")  # NaN / Infinity, naming the path
+            return schema
+        except worlding.WorldError as exc:
+            raise forms.ValidationError(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from None
         except RecursionError:
             raise forms.ValidationError("The JSON is nested too deeply.") from None
         except json.JSONDecodeError as exc:
@@ -94,18 +110,12 @@ class ToolForm(forms.Form):
 
 
 def _json_field(value: str, what: str) -> Any:
-    """The JSON typed into a textarea (None when blank); a syntax error names the line."""
+    """The JSON typed into a textarea (None when blank); a syntax error names the line, NaN
+    or Infinity its path."""
     text = (value or "").strip()
     if not text:
         return None
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise forms.ValidationError(f"{what}: the JSON is nested too deeply.") from None
-    except json.JSONDecodeError as exc:
-        raise forms.ValidationError(
-            f"{what}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}."
-        ) from None
+    return loads_json(text, what)
 
 
 RUBRIC_HELP = (
@@ -158,7 +168,7 @@ class TaskForm(forms.Form):
 
 
 class StateKeyForm(forms.Form):
-    name = forms.CharField(required=False, max_length=100)
+    name = PlainNameField(required=False, max_length=100, what="the state key")
     description = forms.CharField(
         required=False, max_length=2000, help_text="What the value means, e.g. true once refunded."
     )
@@ -197,7 +207,7 @@ class DocumentForm(forms.Form):
 
 
 class ScreenForm(forms.Form):
-    name = forms.CharField(required=False, max_length=200)
+    name = PlainNameField(required=False, max_length=200, what="the screen's name")
     elements = forms.CharField(
         required=False,
         strip=False,
@@ -379,7 +389,8 @@ class WorldEditor:
         ]  # fmt: skip
         if self.import_text.strip():
             try:
-                imported = json.loads(self.import_text)
+                # NaN / Infinity: refused by read_tools below, naming the path and the tool
+                imported = worlding.loads(self.import_text, check=False)
             except RecursionError:
                 raise worlding.WorldError(
                     "tools to import: the JSON is nested too deeply"
@@ -425,6 +436,21 @@ class WorldEditor:
             out["termination"] = r["termination"]
         return out
 
+    def field_messages(self) -> list[str]:
+        """Each field's errors, naming the part and the row (`Tools, row 1, parameters: ...`):
+        the preview shows them as one types (the marks on the fields come with a save)."""
+        titles = {p: t for p, _, t in PARTS}
+        out = [f"World, {name}: {e}" for name, errors in self.basics.errors.items() for e in errors]
+        out += [
+            f"Rewards, {name}: {e}" for name, errors in self.rewards.errors.items() for e in errors
+        ]
+        for prefix, formset in self.formsets.items():
+            out += [f"{titles[prefix]}: {e}" for e in formset.non_form_errors()]
+            for i, form in enumerate(formset.forms):
+                for name, messages in form.errors.items():
+                    out += [f"{titles[prefix]}, row {i + 1}, {name}: {e}" for e in messages]
+        return out
+
     def is_valid(self) -> bool:
         ok = self.basics.is_valid()
         ok = self.rewards.is_valid() and ok
@@ -438,7 +464,7 @@ class WorldEditor:
             paths = list(data["files"])
             if len(paths) != len(self._rows("files")):
                 raise worlding.WorldError("files: two files have the same path")
-            self.spec = worlding.parse_world(data)
+            self.spec = worlding.parse_world(data, incoming=True)
         except worlding.WorldError as exc:
             self.errors.append(_part_message(str(exc)))
             return False

@@ -100,29 +100,41 @@ class Row:
     turn: int
     prompt: list[str]
     response: list[str]
-    # how many turns the row's own lists held, and its `total_turns` (kept after its lists
-    # are dropped, so an export writes the row back as it was)
+    # how many turns the row's own lists held, and its `total_turns` (kept in its Member,
+    # so an export writes the row back as it was)
     turns: int = 0
     total: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)  # one per row of the file: kept small
+class Member:
+    """What a trajectory keeps of each of its rows: no lists (those of its longest row are
+    read again from the file when it is built)."""
+
+    id: str
+    turn: int
+    turns: int
+    total: int | None
+
+
+@dataclass(slots=True)
 class Group:
-    longest: Row  # the only row whose lists are kept in memory
+    place: tuple[int, int]  # where its longest row is: (line number, byte offset) or (index, 0)
+    turns: int  # how many turns the longest row's lists hold
     first: int  # position of its first row in the file
-    rows: list[Row] = field(default_factory=list)
+    rows: list[Member] = field(default_factory=list)
     alive: bool = True  # False once merged into a longer group
 
 
-def _prefix_hashes(row: Row) -> list[str]:
+def _prefix_hashes(row: Row) -> list[bytes]:
     """Hash of the first k turns for every k (system prompt and task included, so equal
-    turns of different samples stay apart)."""
+    turns of different samples stay apart, and every row of a group has the same ones)."""
     h = hashlib.sha1(_utf8(f"{row.task}\0{row.system}")).digest()
     out = []
     for p, r in zip(row.prompt, row.response, strict=False):
         turn = hashlib.sha1(_utf8(p)).digest() + hashlib.sha1(_utf8(r)).digest()
         h = hashlib.sha1(h + turn).digest()
-        out.append(h.hex())
+        out.append(h)
     return out
 
 
@@ -156,26 +168,27 @@ def read_row(where: Where, record) -> Row:
     return Row(where, str(row_id), task, system, turn, prompt, response, turns, total)
 
 
-def group_rows(rows: Iterable[Row]) -> list[Group]:
+def group_rows(rows: Iterable[tuple[tuple[int, int], Row]]) -> list[Group]:
     """Rows whose turn lists are equal or prefixes of each other form one group.
 
-    Streaming: a row that extends no longer list keeps only its id and turn (its lists are
-    dropped), so memory follows the distinct trajectories, not the rows."""
-    owner: dict[str, Group] = {}  # hash of every prefix of a group's longest lists
+    The first of two passes over the file: a group keeps the hashes of its longest row's
+    prefixes, where that row is, and the ids and turns of its rows, never their text, so
+    memory follows the number of rows and turns, not the file's size. `build` reads each
+    group's longest row again."""
+    owner: dict[bytes, Group] = {}  # hash of every prefix of a group's longest lists
     groups: list[Group] = []
-    for position, row in enumerate(rows):
+    for position, (place, row) in enumerate(rows):
         hashes = _prefix_hashes(row)
+        member = Member(row.id, row.turn, row.turns, row.total)
         group = owner.get(hashes[-1])
         if group is not None and group.alive:
-            group.rows.append(
-                Row(row.where, row.id, row.task, row.system, row.turn, [], [], row.turns, row.total)
-            )
+            group.rows.append(member)
             continue
-        group = Group(longest=row, first=position, rows=[row])
+        group = Group(place=place, turns=len(hashes), first=position, rows=[member])
         for turns, h in enumerate(hashes[:-1], start=1):
             shorter = owner.get(h)
             # a group whose whole lists are this prefix joins; one that diverges later stays
-            if shorter is not None and shorter.alive and _turns(shorter) == turns:
+            if shorter is not None and shorter.alive and shorter.turns == turns:
                 group.rows += shorter.rows
                 group.first = min(group.first, shorter.first)
                 shorter.alive = False
@@ -188,12 +201,8 @@ def group_rows(rows: Iterable[Row]) -> list[Group]:
     return alive
 
 
-def _turns(group: Group) -> int:
-    return min(len(group.longest.prompt), len(group.longest.response))
-
-
-def build(group: Group) -> ParsedTrajectory:
-    longest = group.longest
+def build(group: Group, longest: Row) -> ParsedTrajectory:
+    """The trajectory of a group, from its longest row (read again) and its rows' ids."""
     rows = sorted(group.rows, key=lambda r: r.turn)
     turns = min(len(longest.prompt), len(longest.response))
     row_of_turn = {r.turn: r for r in rows}
@@ -231,7 +240,7 @@ def build(group: Group) -> ParsedTrajectory:
     return ParsedTrajectory(
         title=title or f"AgentWorldBench {longest.task}",
         task_instruction=instruction,
-        system_prompt=rows[0].system or longest.system,
+        system_prompt=longest.system,  # the rows of a group share it (it is in their hashes)
         steps=steps,
         metadata={"agentworldbench": {"ids": ids, "task": longest.task}},
         domain=domain,
@@ -241,6 +250,25 @@ def build(group: Group) -> ParsedTrajectory:
 
 
 def parse(source: Source):
-    rows = (read_row(where, record) for where, record in source.records())
-    for group in group_rows(rows):
-        yield build(group)
+    """Two passes over the rows: the first groups them (`group_rows`), the second reads each
+    group's longest row again and yields its trajectory, one at a time, so the caller can
+    write it before the next is built. Each pass is half of the progress."""
+    first, second = source.part(0.0, 0.5), source.part(0.5, 0.5)
+    if source.kind == "jsonl":
+        rows = (
+            ((number, offset), read_row(Where(source.name, f"line {number}"), record))
+            for number, offset, record in first.lines_at()
+        )
+    else:
+        rows = (((i, 0), read_row(at, record)) for i, (at, record) in enumerate(first.records()))
+    groups = group_rows(rows)
+    items = source.data if isinstance(source.data, list) else [source.data]
+    for done, group in enumerate(groups, start=1):
+        number, offset = group.place
+        if source.kind == "jsonl":
+            where = Where(source.name, f"line {number}")
+            record = source.record_at(number, offset)
+        else:
+            where, record = Where(source.name, f"record {number}"), items[number]
+        yield build(group, read_row(where, record))
+        second.report(done / len(groups))

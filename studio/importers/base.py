@@ -8,7 +8,9 @@ strings`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,9 +174,12 @@ def tool_call_action(name: str, arguments: Any) -> str:
     that is not JSON is kept as is."""
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+            decoded = strict_loads(arguments) if arguments.strip() else {}
+        except (json.JSONDecodeError, NonFiniteNumber):
+            # not JSON (NaN and Infinity are not JSON either): the text is the arguments
             pass
+        else:
+            arguments = decoded
     return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
 
 
@@ -211,6 +216,98 @@ def shorten(text: str, limit: int = 120) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+class NonFiniteNumber(ValueError):
+    """A JSON text holds NaN, Infinity or a number too large for a float (1e999): Python's
+    `json` reads them, but they are not JSON, no database column stores them (PostgreSQL's
+    jsonb refuses them) and every export would write invalid JSON. `keys` is the path to
+    the first one (object keys and list indexes), `text` how the file wrote it."""
+
+    def __init__(self, text: str, keys: list[str | int]):
+        super().__init__(text)
+        self.text = text
+        self.keys = keys
+
+
+class _NonFinite:
+    """Stands in for a non-finite number while a text is parsed, so it can be found."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def strict_loads(text: str) -> Any:
+    """`json.loads`, refusing NaN, Infinity, -Infinity and numbers that overflow a float
+    (NonFiniteNumber names where the first one is)."""
+    found: list[_NonFinite] = []
+
+    def constant(word: str) -> _NonFinite:
+        found.append(_NonFinite(word))
+        return found[-1]
+
+    def number(digits: str) -> float | _NonFinite:
+        value = float(digits)
+        return value if math.isfinite(value) else constant(digits)
+
+    value = json.loads(text, parse_constant=constant, parse_float=number)
+    if found:
+        raise NonFiniteNumber(found[0].text, _path_to(value, found[0]))
+    return value
+
+
+def _path_to(value: Any, target: _NonFinite) -> list[str | int]:
+    """The keys from `value` down to `target` (walked without recursion: the depth limit
+    bounds the stack of `json.loads`, not of a walk after it)."""
+    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    while stack:
+        item, keys = stack.pop()
+        if item is target:
+            return keys
+        if isinstance(item, dict):
+            stack.extend((v, [*keys, k]) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((v, [*keys, i]) for i, v in reversed(list(enumerate(item))))
+    return []
+
+
+def non_finite_failure(exc: NonFiniteNumber, where: Where, *, numbered: bool) -> ImportFailure:
+    """`file line 3 at traj[0]: field "metadata" holds a number JSON cannot store (NaN or
+    infinity): NaN at scores.f1`. The field is named as the importers name theirs: the key
+    after the last list index on the way (a record of a list, a step), with the JSON path
+    to it before and the rest of the way after; a document's top-level item is its record."""
+    keys = list(exc.keys)
+    loc = where.loc
+    if numbered and keys and isinstance(keys[0], int):
+        loc = f"record {keys.pop(0)}"
+    split = max(
+        (
+            i + 1
+            for i, k in enumerate(keys[:-1])
+            if isinstance(k, int) and isinstance(keys[i + 1], str)
+        ),
+        default=0,
+    )
+    path = _keys_text(keys[:split])
+    at = Where(
+        where.file, loc, f"{where.path}.{path}" if where.path and path else where.path or path
+    )
+    problem = f"holds a number JSON cannot store (NaN or infinity): {exc.text}"
+    field_name = keys[split] if split < len(keys) else None
+    if isinstance(field_name, str):
+        inside = _keys_text(keys[split + 1 :])
+        return at.fail(field_name, problem + (f" at {inside}" if inside else ""))
+    inside = _keys_text(keys[split:])
+    return at.error(problem.replace("holds a", "a", 1) + (f" at {inside}" if inside else ""))
+
+
+def _keys_text(keys: list[str | int]) -> str:
+    text = ""
+    for k in keys:
+        text += f"[{k}]" if isinstance(k, int) else (f".{k}" if text else k)
+    return text
+
+
 def decode_json(raw: bytes, where: Where, limits: Limits, *, numbered: bool = False) -> Any:
     """One JSON text (a JSONL line or a whole document) decoded as `json.loads` would (UTF-8,
     or UTF-16/32 told by its first bytes), its nesting checked before it is parsed.
@@ -235,7 +332,9 @@ def decode_json(raw: bytes, where: Where, limits: Limits, *, numbered: bool = Fa
             )
         )
     try:
-        return json.loads(text)
+        return strict_loads(text)
+    except NonFiniteNumber as exc:
+        raise non_finite_failure(exc, where, numbered=numbered) from None
     except json.JSONDecodeError as exc:
         # A JSONL line's own column, even where the error is past its end (an open object)
         column = exc.colno if numbered else exc.pos + 1
@@ -279,6 +378,12 @@ class Source:
             self.progress(max(0.0, min(1.0, fraction)))
 
     def lines(self) -> Iterator[tuple[int, Any]]:
+        for number, _offset, record in self.lines_at():
+            yield number, record
+
+    def lines_at(self) -> Iterator[tuple[int, int, Any]]:
+        """(line number, byte offset, record) of every non-blank JSONL line, one at a time;
+        `record_at` reads one of them again."""
         size = max(self.path.stat().st_size, 1)
         done = 0
         number = 0
@@ -286,15 +391,29 @@ class Source:
             while True:
                 number += 1
                 where = Where(self.name, f"line {number}")
+                offset = done
                 raw = read_line(fh, where, self.limits)
                 if not raw:
                     break
                 done += len(raw)
                 if raw.strip():
-                    yield number, decode_json(raw, where, self.limits)
+                    yield number, offset, decode_json(raw, where, self.limits)
                 if number % 200 == 0:
                     self.report(done / size)
         self.report(1.0)
+
+    def record_at(self, number: int, offset: int) -> Any:
+        """The record of JSONL line `number`, which starts at byte `offset`."""
+        where = Where(self.name, f"line {number}")
+        with self.path.open("rb") as fh:
+            fh.seek(offset)
+            return decode_json(read_line(fh, where, self.limits), where, self.limits)
+
+    def part(self, start: float, span: float) -> Source:
+        """This source reporting its progress into [start, start + span] of the caller's."""
+        outer = self.progress
+        inner = None if outer is None else (lambda fraction: outer(start + span * fraction))
+        return dataclasses.replace(self, progress=inner)
 
     def records(self) -> Iterator[tuple[Where, Any]]:
         """JSONL lines, or the items of a top-level JSON list, each with its position."""

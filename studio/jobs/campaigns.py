@@ -191,6 +191,12 @@ class Player:
                 api_key = api_key_of(campaign.agent_endpoint) or "EMPTY"
             except EndpointError as exc:
                 raise CampaignFailed(f"The agent model {campaign.agent_name!r}: {exc}") from None
+        from studio.services.endpoint_hosts import HostNotAllowed, check_url
+
+        try:  # the URL the campaign was made with, whatever its endpoint became since
+            check_url(campaign.agent_base_url)
+        except HostNotAllowed as exc:
+            raise CampaignFailed(f"The agent model {campaign.agent_name!r}: {exc}") from None
         params = campaign.agent_params or {}
         try:
             return CampaignAgent(

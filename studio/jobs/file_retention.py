@@ -229,6 +229,18 @@ def sweep_pulse_folder(cutoff: float, counts: FileSweep) -> None:
             counts.temp_bytes += _unlink(path)
 
 
+def sweep_incoming(cutoff: float, counts: FileSweep) -> None:
+    """FILE_UPLOAD_TEMP_DIR (uploads/incoming): an upload in flight is written there and
+    renamed into place once whole (studio.services.import_jobs.store_upload), so an old file
+    there is what a web process killed mid-upload left (its mtime moves while it is written)."""
+    if not settings.FILE_UPLOAD_TEMP_DIR:
+        return
+    for path in _children(Path(settings.FILE_UPLOAD_TEMP_DIR)):
+        if path.is_file() and _old(path, cutoff):
+            counts.temp_files += 1
+            counts.temp_bytes += _unlink(path)
+
+
 def sweep_files(
     now: datetime | None = None, *, include_unmarked: bool = False, log_summary: bool = True
 ) -> FileSweep:
@@ -241,6 +253,7 @@ def sweep_files(
     sweep_orphan_uploads(cutoff, counts, include_unmarked=include_unmarked)
     sweep_export_temp_files(cutoff, counts)
     sweep_pulse_folder(cutoff, counts)
+    sweep_incoming(cutoff, counts)
     if log_summary and (counts.uploads or counts.temp_files):
         log.info("file sweep: %s", counts)
     return counts

@@ -7,13 +7,14 @@ uploaded file is removed (a failed or cancelled one keeps it for Retry, see
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
 
 from studio.jobs.file_retention import remove_upload
-from studio.jobs.runtime import JobMonitor, claim, finish
+from studio.jobs.runtime import JobMonitor, claim, finish, uses_pulse, write_pulse
 from studio.models import ImportJob, JobStatus
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,11 @@ class ImportCancelled(BaseException):
     back on it like on any exception."""
 
 
+# The pulse is written when the shown percent changes (at most 100 times) or this long
+# passed: it also tells the sweeper the worker is alive (studio.jobs.sweeper).
+PULSE_INTERVAL_S = 1.0
+
+
 def run_import_job(job_id: int, message_id: str = "") -> None:
     job = claim(ImportJob, job_id, message_id, phase="importing")
     if job is None:
@@ -33,6 +39,11 @@ def run_import_job(job_id: int, message_id: str = "") -> None:
     from studio.services.imports import do_import_file
 
     result, error, cancelled = None, "", False
+    # On SQLite the import's transaction holds the only write lock from its first batch to
+    # its commit (it writes as it reads), so the monitor's UPDATE waits all that time and
+    # the pulse it writes first goes stale: the import writes the pulse itself.
+    pulse = uses_pulse(ImportJob)
+    pulsed = [-1, 0.0]  # the percent last written, and when
     with JobMonitor(ImportJob, job.pk) as monitor:
 
         def progress(fraction: float) -> None:
@@ -42,7 +53,12 @@ def run_import_job(job_id: int, message_id: str = "") -> None:
                 monitor.cancel_requested or cancel_flagged(job.pk)
             ):
                 raise ImportCancelled
-            monitor.set_job(progress=max(0.0, min(0.99, float(fraction))))
+            shown = max(0.0, min(0.99, float(fraction)))
+            monitor.set_job(progress=shown)
+            percent, now = int(shown * 100), time.monotonic()
+            if pulse and (percent != pulsed[0] or now - pulsed[1] >= PULSE_INTERVAL_S):
+                pulsed[:] = [percent, now]
+                write_pulse(ImportJob, job.pk, {"progress": shown})
 
         try:
             progress(0.0)  # cancelled between its claim and now

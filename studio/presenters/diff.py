@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString, mark_safe
 # are invisible where the terminal is rendered, and here they would show as a box and
 # "[0;1;31m". The diff itself is of the raw text.
 from studio.rendering.ansi import strip_ansi
+from studio.rendering.bounded import field_chars
 
 
 def breaks_before(previous: tuple[str, str] | None, op: str, text: str) -> bool:
@@ -62,7 +63,10 @@ def meaning_html(diff, limit: int | None = None) -> SafeString:
             )
         return mark_safe('<div class="diff-same">Identical.</div>')
     if diff.kind == "text":
-        return format_html('<pre class="diff">{}</pre>', diff_html(diff.pieces))
+        # a page renders at most STUDIO_PAGE_FIELD_CHARS of a diff too (an excerpt past it)
+        return format_html(
+            '<pre class="diff">{}</pre>', pieces_excerpt_html(diff.pieces, field_chars())
+        )
     items = []
     shown = diff.changes if limit is None else diff.changes[:limit]
     for change in shown:
@@ -102,7 +106,7 @@ def any_diff_html(diff, limit: int | None = None) -> SafeString:
         return mark_safe("")
     if isinstance(diff, MeaningDiff):
         return meaning_html(diff, limit)
-    return format_html('<pre class="diff">{}</pre>', diff_html(diff))
+    return format_html('<pre class="diff">{}</pre>', pieces_excerpt_html(diff, field_chars()))
 
 
 # ---- excerpts of long texts and diffs (compare cells) ----------------------------------------
@@ -178,9 +182,11 @@ def diff_excerpt_html(diff, budget: int, changes: int) -> SafeString:
 
 def text_excerpt_html(text: str, budget: int | None) -> SafeString:
     """A text in a <pre>: whole, or its first `budget` characters and how many more there
-    are."""
+    are (None: as much as a page renders of a field, STUDIO_PAGE_FIELD_CHARS)."""
     text = strip_ansi(text)
-    if budget is None or len(text) <= budget:
+    if budget is None:
+        budget = field_chars()
+    if len(text) <= budget:
         return format_html("<pre>{}</pre>", text)
     return format_html(
         "<pre>{}{}</pre>",

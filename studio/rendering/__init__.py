@@ -16,6 +16,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from studio.rendering.ansi import ansi_to_html, has_ansi
+from studio.rendering.bounded import is_cut, render_cut
 from studio.rendering.diff import looks_like_diff, render_diff
 from studio.rendering.html_view import looks_like_html, render_html
 from studio.rendering.json_view import render_json_value, try_parse_json
@@ -110,8 +111,14 @@ def _size(n: int) -> str:
     return f"{n / 1024:.1f} KB" if n >= 1024 else f"{n} chars"
 
 
-def render_observation(domain: str, text: str, meta: dict | None = None) -> SafeString:
+def render_observation(
+    domain: str, text: str, meta: dict | None = None, *, full_url: str = ""
+) -> SafeString:
+    """`full_url`: the observation's Show all address, linked from a text longer than a
+    page renders (`studio.rendering.bounded`: only its start is drawn, as plain text)."""
     text = text or ""
+    if is_cut(text):
+        return render_cut(text, full_url, "term" if domain in TERMINAL_DOMAINS else "obs-text")
     if not text.strip():
         return format_html('<div class="render render-empty muted">{}</div>', "(empty)")
     kind, parsed = detect_kind(domain, text, meta)
@@ -165,13 +172,22 @@ def render_preview(domain: str, head: str, total_chars: int, full_url: str) -> S
 
 
 def render_action(
-    domain: str, text: str, meta: dict | None = None, *, fences: bool = True
+    domain: str,
+    text: str,
+    meta: dict | None = None,
+    *,
+    fences: bool = True,
+    full_url: str = "",
 ) -> SafeString:
     """An agent action: a JSON tool call as `name(args)` with a foldable argument tree, a
     shell command as a prompt line, anything else as preformatted text. `fences`: unwrap an
-    action written as one fenced block (off for the block's content: one level, one raw)."""
+    action written as one fenced block (off for the block's content: one level, one raw).
+    An action longer than a page renders shows its start only (`studio.rendering.bounded`),
+    linking to `full_url`."""
     text = text or ""
     meta = meta or {}
+    if is_cut(text):
+        return render_cut(text, full_url, "action action-text")
     if not text.strip():
         return format_html('<div class="action action-empty muted">{}</div>', "(no action)")
     fenced = _FENCED_RE.fullmatch(text.strip()) if fences else None

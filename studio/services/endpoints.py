@@ -5,6 +5,7 @@ judge answer shape)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ from studio.models import (
     Step,
 )
 from studio.secrets import SecretError, decrypt, encrypt
+from studio.services import endpoint_hosts
+
+log = logging.getLogger(__name__)
 
 # Roles whose models speak the OpenAI chat API (the agent of a rollout, the judge).
 CHAT_ONLY_ROLES = {EndpointRole.AGENT, EndpointRole.JUDGE}
@@ -243,9 +247,27 @@ def env_key_refusal(name: str, url: str) -> str | None:
     return None
 
 
+def require_allowed_host(url: str, what: str) -> None:
+    """EndpointError unless `url`'s host is one endpoints may reach (STUDIO_ENDPOINT_ALLOWED_HOSTS):
+    called before a process sends a request to an endpoint's base URL."""
+    try:
+        endpoint_hosts.check_url(url)
+    except endpoint_hosts.HostNotAllowed as exc:
+        raise EndpointError(f"{what}: {exc}") from None
+
+
 def api_key_of(endpoint: ModelEndpoint) -> str:
     """The key to send to `endpoint.base_url`: decrypted, read from the named (and bound)
-    variable of this process, or KEYLESS for an endpoint without a key."""
+    variable of this process, or KEYLESS for an endpoint without a key. Every caller then
+    sends a request there, so its host is checked here too (a row written behind the
+    form's back, or an allowlist narrowed since)."""
+    key = _key_of(endpoint)
+    if endpoint.base_url:
+        require_allowed_host(endpoint.base_url, f"endpoint {endpoint.name!r}")
+    return key
+
+
+def _key_of(endpoint: ModelEndpoint) -> str:
     if endpoint.api_key_encrypted:
         try:
             return decrypt(endpoint.api_key_encrypted)
@@ -269,7 +291,9 @@ def key_for_job(endpoint: ModelEndpoint | None, base_url: str, *, env: str) -> s
     """The key a job sends to `base_url`. With its endpoint: the endpoint's key, provided the
     endpoint still points there (it may have been edited since the job was queued). Without
     one (asked for on the command line, or its endpoint deleted): the environment's key $env
-    when it is bound to `base_url`, else none."""
+    when it is bound to `base_url`, else none. EndpointError when `base_url`'s host is not
+    one endpoints may reach: every job asks for its key before it sends a request."""
+    require_allowed_host(base_url, f"the model at {base_url}")
     if endpoint is not None:
         if endpoint.base_url.rstrip("/") != base_url.rstrip("/"):
             raise EndpointError(
@@ -318,6 +342,12 @@ class SavedEndpoint:
 def save_endpoint(
     project: Project, data: EndpointData, *, endpoint: ModelEndpoint | None = None, user=None
 ) -> SavedEndpoint:
+    """Create or change an endpoint; EndpointError for a base URL whose host is not allowed
+    (the form says so first; this holds for every other caller)."""
+    if data.base_url:
+        refusal = endpoint_hosts.refusal(data.base_url)
+        if refusal:
+            raise EndpointError(refusal)
     key_dropped = False
     with transaction.atomic():
         old_role = None
@@ -425,73 +455,107 @@ JUDGE_TEST_TIMEOUT_S = 60.0
 JUDGE_TEST_MAX_TOKENS = 2048
 
 
+# What Test says. Only whether a model answered, never what else did: an HTTP status, a
+# refused connection or a timeout of the host would tell an endpoint editor which ports of
+# an allowed host are open (the jobs that use the endpoint report the server's own error).
+ANSWERED = "answered as a model: {served}"
+NOT_ANSWERED = (
+    "did not answer as a model (check the base URL, the model's name and the API key; a job "
+    "that uses it names the server's error)"
+)
+
+
 def probe_chat(endpoint: ModelEndpoint) -> tuple[bool, float | None, str]:
-    """A one-token chat request: (answered, milliseconds, what it said or the exact error);
-    for a judge, a judge request whose answer must be in the judge answer shape."""
+    """A one-token chat request: (answered, milliseconds, ANSWERED with the model's id or
+    NOT_ANSWERED); for a judge, a judge request whose answer must be in the judge answer
+    shape. A host that is not allowed, or a key that may not be sent, is never asked."""
     import openai
 
     try:
         key = api_key_of(endpoint)
     except EndpointError as exc:
-        return False, None, str(exc)
+        return False, None, f"not tested: {exc}"
     judge = endpoint.role == EndpointRole.JUDGE
+    timeout = JUDGE_TEST_TIMEOUT_S if judge else TEST_TIMEOUT_S
     client = openai.OpenAI(
         base_url=endpoint.base_url,
         api_key=key or "EMPTY",
-        timeout=JUDGE_TEST_TIMEOUT_S if judge else TEST_TIMEOUT_S,
+        timeout=timeout,
         max_retries=0,
+        # a redirect would lead the request to a host nobody checked
+        http_client=openai.DefaultHttpxClient(timeout=timeout, follow_redirects=False),
     )
     started = time.perf_counter()
+    max_tokens = endpoint.max_tokens or JUDGE_TEST_MAX_TOKENS
     try:
-        if judge:
-            from inference.judge import build_judge_messages
+        with client:
+            if judge:
+                from inference.judge import build_judge_messages
 
-            max_tokens = endpoint.max_tokens or JUDGE_TEST_MAX_TOKENS
-            response = client.chat.completions.create(
-                model=endpoint.model,
-                messages=cast(Any, build_judge_messages(JUDGE_TEST_ROW)),
-                max_tokens=max_tokens,
-                temperature=0.6 if endpoint.temperature is None else endpoint.temperature,
-            )
-        else:
-            response = client.chat.completions.create(
-                model=endpoint.model,
-                messages=[{"role": "user", "content": "Reply with one word: ready"}],
-                max_tokens=1,
-                temperature=0,
-            )
-    except openai.APIStatusError as exc:
-        return False, None, f"HTTP {exc.status_code} from {endpoint.base_url}: {exc.message}"
-    except openai.OpenAIError as exc:
-        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
-        return False, None, f"{type(exc).__name__} at {endpoint.base_url}: {exc}{cause}"
+                response = client.chat.completions.create(
+                    model=endpoint.model,
+                    messages=cast(Any, build_judge_messages(JUDGE_TEST_ROW)),
+                    max_tokens=max_tokens,
+                    temperature=0.6 if endpoint.temperature is None else endpoint.temperature,
+                )
+            else:
+                response = client.chat.completions.create(
+                    model=endpoint.model,
+                    messages=[{"role": "user", "content": "Reply with one word: ready"}],
+                    max_tokens=1,
+                    temperature=0,
+                )
+            answer = _chat_answer(response)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the page says only that
+        # the operator's log keeps what happened; the page never shows it
+        log.info("Test of endpoint %s did not answer: %s: %s", endpoint.pk, type(exc).__name__, exc)
+        return False, None, NOT_ANSWERED
+    if answer is None:
+        return False, None, NOT_ANSWERED
     latency = (time.perf_counter() - started) * 1000
-    choices = response.choices or []
-    text = (choices[0].message.content or "") if choices else ""
-    served = response.model or endpoint.model
+    served, text, cut = answer
+    served = served or endpoint.model
     if judge:
-        return _judge_answer_verdict(served, text, choices, latency, max_tokens)
-    return True, latency, f"{served} answered {text!r}"
+        return _judge_answer_verdict(served, text, cut, latency, max_tokens)
+    return True, latency, ANSWERED.format(served=served)
+
+
+def _chat_answer(response: Any) -> tuple[str, str, bool] | None:
+    """(model id, text, cut at the token limit) of a chat completion, or None for anything
+    else a server sent with a 200 (the SDK does not validate what it parses)."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        return None
+    message = getattr(choices[0], "message", None)
+    text = getattr(message, "content", None) if message is not None else None
+    if message is None or not isinstance(text, str | None):
+        return None
+    served = getattr(response, "model", None)
+    served = served.strip()[:200] if isinstance(served, str) else ""
+    return served, text or "", getattr(choices[0], "finish_reason", None) == "length"
 
 
 def _judge_answer_verdict(
-    served: str, text: str, choices: list, latency: float, max_tokens: int
+    served: str, text: str, cut: bool, latency: float, max_tokens: int
 ) -> tuple[bool, float | None, str]:
     from inference.judge import judge_shape_problem, parse_judgement
 
+    head = ANSWERED.format(served=served)
     problem = judge_shape_problem(text)
     if problem is None:
         scores = parse_judgement(text).scores
         shown = ", ".join(f"{d} {v}" for d, v in scores.items())
-        return True, latency, f"{served} answers in the judge shape ({shown} on a built-in sample)"
-    cut = bool(choices) and choices[0].finish_reason == "length"
+        return (
+            True,
+            latency,
+            f"{head}; it answers in the judge shape ({shown} on a built-in sample)",
+        )
     why = f" (the answer was cut at {max_tokens} tokens)" if cut else ""
     tail = text.strip()[-300:]
     return (
         False,
         latency,
-        f"{served} answered, not in the judge shape: {problem}{why}. "
-        f"The end of its answer: {tail!r}",
+        f"{head}, not in the judge shape: {problem}{why}. The end of its answer: {tail!r}",
     )
 
 

@@ -8,6 +8,7 @@ or once that window passed (`studio.jobs.file_retention`, run by the workers' sw
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
+from django.core.files.move import file_move_safe
 from django.db import transaction
 from django.utils import timezone
 
@@ -38,7 +40,16 @@ def store_upload(project_id: int, uploaded) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     mark_owner(folder)  # whose sweep may remove it, should its job row go
     path = folder / safe_filename(uploaded.name)
-    with open(path, "wb") as out:
+    temporary = getattr(uploaded, "temporary_file_path", None)
+    if temporary is not None:
+        # written as it arrived into FILE_UPLOAD_TEMP_DIR, beside MEDIA_ROOT: moved, not copied
+        # (a rename on one filesystem); Django's close of the upload then finds it gone
+        uploaded.file.flush()
+        file_move_safe(temporary(), str(path))
+        if settings.FILE_UPLOAD_PERMISSIONS is not None:
+            os.chmod(path, settings.FILE_UPLOAD_PERMISSIONS)  # not the temporary file's 0600
+        return path
+    with open(path, "wb") as out:  # small (kept in memory) or not from a request
         for chunk in uploaded.chunks():
             out.write(chunk)
     return path

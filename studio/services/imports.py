@@ -1,8 +1,18 @@
-"""Import a trajectory file into a project: detect, parse, then write in one transaction.
+"""Import a trajectory file into a project: detect, then parse and write in one transaction.
 
-The parse phase reports progress 0..0.5, the write phase 0.5..1. Nothing of a file is
-written unless all of it parses and writes. Each trajectory gets `source_key`, a sha256 of a
-canonical form of its content, so importing the same file twice adds nothing.
+The import streams: the importer yields one trajectory at a time (a JSONL file is read line
+by line; AgentWorldBench reads it twice, see its module) and trajectories are written in
+batches of at most STEP_BATCH steps, TRAJECTORY_BATCH trajectories or BATCH_BYTES of text as
+they come, so memory follows the largest trajectory, not the file. Progress is how much of
+the file was read (0..1), reported again at every batch written, and 1.0 after the commit.
+Nothing of a file is written unless all of it parses and writes: every batch goes in the one
+transaction, and a bad record anywhere (the first one met fails the import, its message
+naming file, line or record and field) rolls back what the batches before it wrote. Each
+trajectory gets `source_key`, a sha256 of a canonical form of its content, so importing the
+same file twice adds nothing.
+
+Text fields the model bounds (a trajectory's title, a recorded branch's name, a tag) are
+refused when longer, never cut: the message names file, record, field and limit.
 
 Limits (studio.importers.limits, set in settings from the environment) are checked before
 and while parsing; the JSON fields kept as they are (trajectory metadata and tools, step
@@ -21,7 +31,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +46,7 @@ from studio.importers.base import (
     ParsedStep,
     ParsedTrajectory,
     Where,
+    shorten,
 )
 from studio.importers.limits import Limits, kept_field_problem
 from studio.importers.registry import (
@@ -57,6 +68,10 @@ __all__ = [
 ]
 
 STEP_BATCH = 1000
+TRAJECTORY_BATCH = 500
+# Text of the steps waiting to be written: with 100 KB observations 1,000 steps would hold
+# a few hundred MB (the text, the SQL or COPY rows made of it, Django's query log).
+BATCH_BYTES = 16 * 1024 * 1024
 # Steps go in with COPY on PostgreSQL; the benchmark turns it off to compare with INSERTs.
 USE_POSTGRES_COPY = True
 
@@ -76,17 +91,27 @@ def source_key(parsed: ParsedTrajectory) -> str:
     """sha256 of the trajectory's content (not its domain or the file it came from). The
     recorded path only: explored alternatives (ToolBench) do not count, so a file imported
     before the importer kept them is still known when imported again."""
-    canonical = {
-        "title": parsed.title,
-        "task_instruction": parsed.task_instruction,
-        "system_prompt": parsed.system_prompt,
-        "tools": parsed.tools,
-        "metadata": parsed.metadata,
-        "tags": sorted(parsed.tags),
-        "steps": [_step_key(s) for s in parsed.steps],
-    }
-    text = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    # The bytes of json.dumps({"title": ..., "steps": [...], ...}, sort_keys=True,
+    # ensure_ascii=False, separators=(",", ":")), hashed a part at a time so a trajectory of
+    # many long steps is never one string (keys in sorted order; the same key as before).
+    digest = hashlib.sha256()
+
+    def put(text: str) -> None:
+        digest.update(text.encode())
+
+    put('{"metadata":' + _canonical(parsed.metadata) + ',"steps":[')
+    for i, step in enumerate(parsed.steps):
+        put(("," if i else "") + _canonical(_step_key(step)))
+    put('],"system_prompt":' + _canonical(parsed.system_prompt))
+    put(',"tags":' + _canonical(sorted(parsed.tags)))
+    put(',"task_instruction":' + _canonical(parsed.task_instruction))
+    put(',"title":' + _canonical(parsed.title))
+    put(',"tools":' + _canonical(parsed.tools) + "}")
+    return digest.hexdigest()
+
+
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def _step_key(s: ParsedStep) -> list:
@@ -153,27 +178,46 @@ def _check_kept_fields(item: ParsedTrajectory, name: str, limits: Limits) -> Non
                     )
 
 
-def _parse(importer, source, forced: bool) -> list[ParsedTrajectory]:
-    """All trajectories of the file. A format the caller chose is named in its errors: what
-    the message says is missing is missing for that format."""
-    try:
-        return list(importer.parse(source))
-    except LimitExceeded:
-        raise  # about the file's size or shape, whatever its format
-    except ImportFailure as exc:
-        if forced:
-            raise ImportFailure(f"{exc} (read as {importer.NAME}, the format chosen)") from None
-        raise
-    except RecursionError:  # a recursive walk of an importer on data within the depth limit
-        raise LimitExceeded(
-            f"{source.name}: nested too deeply to import ({source.limits.depth_note()})"
-        ) from None
+def _parsed(importer, source, forced: bool) -> Iterator[ParsedTrajectory]:
+    """The file's trajectories, one at a time. A format the caller chose is named in its
+    errors: what the message says is missing is missing for that format."""
+    items = iter(importer.parse(source))
+    while True:
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        except LimitExceeded:
+            raise  # about the file's size or shape, whatever its format
+        except ImportFailure as exc:
+            if forced:
+                raise ImportFailure(f"{exc} (read as {importer.NAME}, the format chosen)") from None
+            raise
+        except RecursionError:  # a recursive walk of an importer on data within the limit
+            raise LimitExceeded(
+                f"{source.name}: nested too deeply to import ({source.limits.depth_note()})"
+            ) from None
+        except OSError as exc:  # unreadable while it streams (a disk error, removed)
+            raise ImportFailure(f"{source.name}: cannot be read ({exc.strerror or exc})") from None
+        yield item
 
 
-def _scaled(progress: Callable[[float], None] | None, start: float, span: float):
-    if progress is None:
-        return None
-    return lambda fraction: progress(start + span * fraction)
+class _Progress:
+    """The share of the file read (AgentWorldBench: its first pass is 0..0.5), kept so that
+    every batch written reports it again: the job's report is where a cancel is noticed
+    (studio.jobs.imports). 1.0 comes again after the commit."""
+
+    def __init__(self, progress: Callable[[float], None] | None):
+        self.progress = progress
+        self.at = 0.0
+
+    def read(self, fraction: float) -> None:
+        self.at = fraction
+        self.again()
+
+    def again(self) -> None:
+        if self.progress is not None:
+            self.progress(self.at)
 
 
 def do_import_file(
@@ -194,35 +238,35 @@ def do_import_file(
         raise ImportFailure(f"{name}: no such file")
     importer = get_importer(fmt) if fmt else None
     limits = import_limits()
+    report = _Progress(progress)
     try:
-        source = load_source(path, name, _scaled(progress, 0.0, 0.5), limits)
+        source = load_source(path, name, report.read, limits)
         if importer is None:
             importer = detect(source)
-        parsed = _parse(importer, source, forced=bool(fmt))
     except OSError as exc:  # unreadable (permissions, a folder, a disk error)
         raise ImportFailure(f"{name}: cannot be read ({exc.strerror or exc})") from None
-    for item in parsed:
-        _check_kept_fields(item, name, limits)
-    if progress:
-        progress(0.5)
     # forced domain > what the content says > the folder (generic formats only) > format default
     fallback = importer.DOMAIN
     if getattr(importer, "PATH_DECIDES_DOMAIN", False):
         fallback = domain_from_path(Path(display_name) if display_name else path) or fallback
-    for item in parsed:
-        _make_storable(item)
-        if item.domain_problem and not domain:
-            raise ImportFailure(item.domain_problem)
-        item.domain = domain or item.domain or fallback
-        _known_domain(item, name)
+
+    def items() -> Iterator[ParsedTrajectory]:
+        for item in _parsed(importer, source, forced=bool(fmt)):
+            _check_kept_fields(item, name, limits)
+            _make_storable(item)
+            if item.domain_problem and not domain:
+                raise ImportFailure(item.domain_problem)
+            item.domain = domain or item.domain or fallback
+            _known_domain(item, name)
+            _check_lengths(item, name)
+            yield item
+
     try:
-        created, steps, skipped = _write(
-            project, parsed, importer.NAME, name, user, _scaled(progress, 0.5, 0.5)
-        )
+        created, steps, skipped = _write(project, items(), importer.NAME, name, user, report)
     except IntegrityError:
         # The same content was imported concurrently (unique source_key): once that commit
-        # is visible, a second pass skips what it wrote.
-        created, steps, skipped = _write(project, parsed, importer.NAME, name, user, None)
+        # is visible, a second pass over the file skips what it wrote.
+        created, steps, skipped = _write(project, items(), importer.NAME, name, user, report)
     if progress:
         progress(1.0)
     return ImportResult(created, steps, skipped, importer.NAME)
@@ -233,6 +277,38 @@ def _known_domain(item: ParsedTrajectory, name: str) -> str:
     if item.domain is None or item.domain not in DOMAINS:
         raise ImportFailure(f'{name}: "{item.title}" has unknown domain "{item.domain}"')
     return item.domain
+
+
+def _max_length(model, field_name: str) -> int:
+    length = model._meta.get_field(field_name).max_length
+    if length is None:
+        raise TypeError(f"{model.__name__}.{field_name} has no max_length")
+    return length
+
+
+def _check_lengths(item: ParsedTrajectory, name: str) -> None:
+    """Text the database bounds is refused when longer, never cut: what is imported is what
+    the file says, or nothing."""
+    where = item.where or Where(name)
+
+    def refuse(field_name: str, value: str, limit: int, label: str) -> None:
+        raise where.fail(
+            field_name,
+            f"is {len(value):,} characters, more than the {limit:,} {label} may hold "
+            f'("{shorten(value, 40)}"; refused, not cut)',
+        )
+
+    limit = _max_length(Trajectory, "title")
+    if len(item.title) > limit:
+        refuse("title", item.title, limit, "a trajectory's title")
+    limit = _max_length(Tag, "name")
+    for tag in item.tags:
+        if len(tag) > limit:
+            refuse("tags", tag, limit, "a tag")
+    limit = _max_length(Branch, "name")
+    for branch in item.branches:
+        if len(branch.name) > limit:
+            refuse("branches", branch.name, limit, "a branch's name")
 
 
 def _existing_keys(project, keys: list[str]) -> set[str]:
@@ -247,14 +323,54 @@ def _existing_keys(project, keys: list[str]) -> set[str]:
     return found
 
 
+def _step_bytes(step: ParsedStep) -> int:
+    """About what a step weighs while it waits to be written (its text; its meta's strings,
+    AgentWorldBench keeps the whole response there)."""
+    size = len(step.action) + len(step.observation) + len(step.state) + len(step.thinking)
+    size += len(step.raw_prompt)
+    return size + sum(len(v) for v in step.meta.values() if isinstance(v, str))
+
+
 @transaction.atomic
-def _write(project, parsed: list[ParsedTrajectory], fmt: str, name: str, user, progress):
-    keyed: dict[str, ParsedTrajectory] = {}
-    for item in parsed:
-        keyed.setdefault(source_key(item), item)
-    existing = _existing_keys(project, list(keyed))
-    new = [(key, item) for key, item in keyed.items() if key not in existing]
-    skipped = len(parsed) - len(new)
+def _write(
+    project, items: Iterable[ParsedTrajectory], fmt: str, name: str, user, report: _Progress
+) -> tuple[int, int, int]:
+    """Write the trajectories as they come, in bounded batches, in one transaction."""
+    seen: set[bytes] = set()  # keys of this file so far: a repeated trajectory is skipped
+    pending: list[tuple[str, ParsedTrajectory]] = []
+    pending_steps = pending_bytes = 0
+    created = written = skipped = 0
+    for item in items:
+        key = source_key(item)
+        digest = bytes.fromhex(key)  # half the memory of the text, for files of many
+        if digest in seen:
+            skipped += 1
+            continue
+        seen.add(digest)
+        pending.append((key, item))
+        for steps in (item.steps, *(b.steps for b in item.branches)):
+            pending_steps += len(steps)
+            pending_bytes += sum(_step_bytes(s) for s in steps)
+        if (
+            pending_steps >= STEP_BATCH
+            or pending_bytes >= BATCH_BYTES
+            or len(pending) >= TRAJECTORY_BATCH
+        ):
+            made, steps_made, known = _write_batch(project, pending, fmt, name, user, report)
+            created, written, skipped = created + made, written + steps_made, skipped + known
+            pending, pending_steps, pending_bytes = [], 0, 0
+    made, steps_made, known = _write_batch(project, pending, fmt, name, user, report)
+    return created + made, written + steps_made, skipped + known
+
+
+def _write_batch(project, batch: list[tuple[str, ParsedTrajectory]], fmt, name, user, report):
+    """One batch of trajectories: those already in the project skipped, the others written
+    with their branches, tags and steps (steps STEP_BATCH at a time)."""
+    if not batch:
+        return 0, 0, 0
+    existing = _existing_keys(project, [key for key, _item in batch])
+    new = [(key, item) for key, item in batch if key not in existing]
+    skipped = len(batch) - len(new)
     if not new:
         return 0, 0, skipped
     trajectories = Trajectory.objects.bulk_create(
@@ -262,7 +378,7 @@ def _write(project, parsed: list[ParsedTrajectory], fmt: str, name: str, user, p
             Trajectory(
                 project=project,
                 domain=_known_domain(item, name),
-                title=item.title[:500] or "(untitled)",
+                title=item.title or "(untitled)",
                 task_instruction=item.task_instruction,
                 system_prompt=item.system_prompt,
                 tools=item.tools,
@@ -302,12 +418,12 @@ def _write(project, parsed: list[ParsedTrajectory], fmt: str, name: str, user, p
     owned = [(branch, 0, item.steps) for branch, (_key, item) in zip(branches, new, strict=True)]
     for trajectory, root, (_key, item) in zip(trajectories, branches, new, strict=True):
         owned += _write_alternatives(trajectory, root, item, user)
-    total = sum(len(steps) for _b, _start, steps in owned)
     written = 0
-    batch: list[Step] = []
+    rows: list[Step] = []
+    size = 0
     for branch, start, steps in owned:
         for offset, s in enumerate(steps):
-            batch.append(
+            rows.append(
                 Step(
                     branch=branch,
                     index=start + offset,
@@ -320,9 +436,11 @@ def _write(project, parsed: list[ParsedTrajectory], fmt: str, name: str, user, p
                     timings=s.timings,
                 )
             )
-            if len(batch) >= STEP_BATCH:
-                written += _flush(batch, total, written, progress)
-    written += _flush(batch, total, written, progress)
+            size += _step_bytes(s)
+            if len(rows) >= STEP_BATCH or size >= BATCH_BYTES:
+                written += _flush(rows, report)
+                size = 0
+    written += _flush(rows, report)
     return len(new), written, skipped
 
 
@@ -349,7 +467,7 @@ def _write_alternatives(trajectory: Trajectory, root: Branch, item: ParsedTrajec
     return owned
 
 
-def _flush(batch: list[Step], total: int, written: int, progress) -> int:
+def _flush(batch: list[Step], report: _Progress) -> int:
     count = len(batch)
     if count:
         if USE_POSTGRES_COPY and connection.vendor == "postgresql":
@@ -357,9 +475,17 @@ def _flush(batch: list[Step], total: int, written: int, progress) -> int:
         else:
             Step.objects.bulk_create(batch)
         batch.clear()
-        if progress:
-            progress((written + count) / max(total, 1))
+        _forget_queries()
+        report.again()
     return count
+
+
+def _forget_queries() -> None:
+    """With DEBUG on, Django keeps the SQL of the last 9,000 queries, parameters written in:
+    a batch of steps is megabytes of it, so an import would keep its whole text. Not while
+    queries are being captured (assertNumQueries, CaptureQueriesContext): those read it."""
+    if settings.DEBUG and not connection.force_debug_cursor:
+        connection.queries_log.clear()
 
 
 def _column(field: Field) -> str:

@@ -133,11 +133,36 @@ def _edited_futures(project: Project) -> list[int]:
     ]
 
 
+class DuplicateQueueName(ValueError):
+    """The project already has a queue of that name (compared ignoring case)."""
+
+
+def name_taken(project: Project, name: str, *, exclude: int | None = None) -> str | None:
+    """The name of the project's queue that `name` clashes with (ignoring case), or None."""
+    rows = AnnotationQueue.objects.filter(project=project, name__iexact=name.strip())
+    if exclude is not None:
+        rows = rows.exclude(pk=exclude)
+    return rows.values_list("name", flat=True).first()
+
+
 def create_queue(project: Project, user, data: QueueData) -> AnnotationQueue:
+    """A queue of the steps `data` picks. Raises ValueError when none matches, and
+    DuplicateQueueName (a ValueError) when the project has a queue of that name, ignoring
+    case: checked here under a lock on the project row, not only by the form, so two
+    requests at once or the shell cannot make two (no unique constraint in the schema)."""
     ids = list(steps_for(project, data).values_list("pk", flat=True).distinct()[: data.limit])
     if not ids:
         raise ValueError(f"no step of the project matches ({data.describe()})")
     with transaction.atomic():
+        # queue creations of one project wait for each other here (PostgreSQL; SQLite
+        # serialises writers anyway), so the check below sees every queue made before
+        Project.objects.select_for_update().filter(pk=project.pk).first()
+        clash = name_taken(project, data.name)
+        if clash is not None:
+            raise DuplicateQueueName(
+                f"this project already has a queue named {clash!r} (queue names are unique "
+                "per project, ignoring case)"
+            )
         queue = AnnotationQueue.objects.create(
             project=project,
             name=data.name,

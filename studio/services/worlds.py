@@ -33,8 +33,12 @@ def save_world(
     project: Project, spec: worlding.WorldSpec, *, world: World | None = None, user=None
 ) -> Saved:
     """Write `spec` as the next version of `world` (a new world when None). Saving what the
-    latest version already holds writes nothing."""
+    latest version already holds writes nothing. Raises `inference.worlds.WorldError` when
+    the spec holds NaN or an infinity (a spec built in code, not parsed: a stored version is
+    JSON, which has neither). Names are checked where a world comes in (`import_world`, the
+    editor, the `worlds` command), not here: code and fixtures may name worlds freely."""
     data = worlding.world_to_file(spec)
+    worlding.check_finite(data)
     with transaction.atomic():
         if world is None:
             world = World.objects.create(
@@ -57,7 +61,7 @@ def save_world(
 def import_world(project: Project, data, user=None) -> Saved:
     """A world file's JSON into the project: a new world, or the next version of the world
     of that name. Raises `inference.worlds.WorldError` naming the field."""
-    spec = worlding.parse_world(data)
+    spec = worlding.parse_world(data, incoming=True)
     existing = World.objects.filter(project=project, name=spec.name).first()
     return save_world(project, spec, world=existing, user=user)
 
@@ -120,7 +124,9 @@ def deletion_summary(world: World) -> dict:
 
 def _first_line(text: str, limit: int) -> str:
     """The text's first line as a title: cut at a word with an ellipsis when it is longer
-    (a title cut mid-word reads as a typo)."""
+    (a title cut mid-word reads as a typo). Only for titles derived from other text (a task
+    instruction, kept whole on the trajectory); a title a person types is refused over its
+    limit by its form, never cut."""
     line = " ".join(text.splitlines()[0].split()) if text.strip() else ""
     if len(line) <= limit:
         return line

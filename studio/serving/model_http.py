@@ -174,9 +174,7 @@ class Client:
                 return conn, True
             conn.close()
         scheme, hostname, port = origin
-        reader, writer = await asyncio.open_connection(
-            hostname, port, ssl=_tls() if scheme == "https" else None, limit=READ_CHUNK
-        )
+        reader, writer = await _open_allowed(scheme, hostname, port)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             import socket
@@ -230,6 +228,41 @@ class _Stale(Exception):
     """The connection was closed before any answer came (safe to send again on a new one)."""
 
 
+async def _allowed_addresses(url: str) -> list[str] | None:
+    """The addresses `url` may be reached at, checked against STUDIO_ENDPOINT_ALLOWED_HOSTS
+    (None: allowed by name, connect to it as it is); ModelHTTPError naming the setting for
+    a host endpoints may not reach, before any connection is opened."""
+    from studio.services import endpoint_hosts
+
+    try:
+        return await endpoint_hosts.addresses_to_connect(url)
+    except endpoint_hosts.HostNotAllowed as exc:
+        raise ModelHTTPError(str(exc)) from None
+
+
+async def _open_allowed(
+    scheme: str, hostname: str, port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to an allowed host: to the very addresses that were checked (the name
+    is not resolved a second time, when it might answer otherwise), the first that answers."""
+    tls = _tls() if scheme == "https" else None
+    url = f"{scheme}://{hostname if ':' not in hostname else f'[{hostname}]'}:{port}/"
+    addresses = await _allowed_addresses(url)
+    if addresses is None:
+        return await asyncio.open_connection(hostname, port, ssl=tls, limit=READ_CHUNK)
+    failed: OSError | None = None
+    for address in addresses:
+        try:
+            return await asyncio.open_connection(
+                address, port, ssl=tls, server_hostname=hostname if tls else None,
+                limit=READ_CHUNK,
+            )  # fmt: skip
+        except OSError as exc:
+            failed = exc
+    assert failed is not None  # addresses_to_connect never returns an empty list
+    raise failed
+
+
 class _HttpxClient:
     """The same interface over httpx (which honours the proxy settings)."""
 
@@ -246,6 +279,8 @@ class _HttpxClient:
     async def request(self, method, url, *, body=None, headers=None, timeout: float) -> Response:
         import httpx
 
+        # checked on every request: the proxy connects, so no connection of ours to check
+        await _allowed_addresses(url)
         try:
             response = await self._client.request(
                 method, url, content=body, headers=headers, timeout=timeout

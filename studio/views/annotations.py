@@ -20,6 +20,7 @@ from inference.judge import DIMENSIONS
 from studio.access import get_step_for_user, signed_in_user
 from studio.http import HtmxHttpRequest
 from studio.models import AnnotationQueue, Branch, Dataset, Step, Verdict
+from studio.rendering.bounded import field_chars, is_cut
 from studio.rendering.markdown import render_markdown
 from studio.services import annotations as service
 from studio.services import questions as questions_service
@@ -69,6 +70,28 @@ def _with_answers(annotations, questions=None) -> list:
         asked = questions if questions is not None else (a.queue.questions if a.queue else [])
         a.answer_rows = questions_service.display(asked or [], a.answers or {})
     return rows
+
+
+def _editor(step: Step, corrected: str) -> dict:
+    """The correction editor. It starts from the saved correction, else from the
+    observation; never from an observation longer than the page shows (STUDIO_PAGE_FIELD_CHARS:
+    it would be on the page twice): then it starts empty and says so. An empty editor, or
+    one that holds the whole observation as it is, is no correction, so nothing typed from
+    a part of the observation can pass for the whole of it: what is typed replaces the
+    observation, and the page says that. An observation a correction can hold
+    (MAX_CORRECTION_CHARS) can be loaded into it whole, from its Show all address
+    (static/js/annotate.js)."""
+    observation = step.observation or ""
+    cut = is_cut(observation)
+    return {
+        "text": corrected or ("" if cut else observation),
+        "cut": cut,
+        "loadable": cut and len(observation) <= service.MAX_CORRECTION_CHARS,
+        "total": len(observation),
+        "shown": field_chars(),
+        "max": service.MAX_CORRECTION_CHARS,
+        "url": reverse("step_text", args=[step.pk, "observation"]),
+    }
 
 
 def _question_fields(questions: list, answers: dict) -> list[dict]:
@@ -183,9 +206,11 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
             (d, service.DIMENSION_HELP[d], str(state["ratings"].get(d, ""))) for d in DIMENSIONS
         ],
         "verdicts": Verdict.choices,
-        "editor_text": corrected or step.observation,
+        "editor": _editor(step, corrected),
+        # no diff is drawn against an observation longer than a page shows: it would be
+        # the size of the observation (and slow to make)
         "correction_diff": any_diff_html(meaning_diff(step.observation, corrected), limit=50)
-        if corrected
+        if corrected and not is_cut(step.observation)
         else "",
         "queue": queue,
         "questions": _question_fields(questions, state.get("answers") or {}),

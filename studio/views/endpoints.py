@@ -1,5 +1,6 @@
-"""The Models page: the project's model endpoints (world, agent, judge). Admins add, edit,
-delete and choose the defaults; researchers and admins test; every member sees them."""
+"""The Models page: the project's model endpoints (world, agent, judge). Endpoint editors
+(STUDIO_ENDPOINT_EDITORS, default: the project's admins and staff users) add, edit, delete,
+test and choose the defaults; every member sees them."""
 
 from __future__ import annotations
 
@@ -11,10 +12,16 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from studio.access import get_endpoint_for_user, get_project_for_user, require_admin
+from studio.access import (
+    endpoint_editors,
+    get_endpoint_for_user,
+    get_project_for_user,
+    may_edit_endpoints,
+    require_endpoint_editor,
+)
 from studio.forms.endpoints import EndpointForm
 from studio.http import HtmxHttpRequest
-from studio.models import EndpointRole, ModelEndpoint, Role
+from studio.models import EndpointRole, ModelEndpoint
 from studio.services import endpoints as service
 from studio.tasks import enqueue_endpoint_probe
 
@@ -35,8 +42,8 @@ def endpoint_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
             "project": project,
             "membership": membership,
             "groups": _groups(project),
-            "is_admin": membership.role == Role.ADMIN,
-            "can_test": membership.can_edit,
+            "can_manage": may_edit_endpoints(membership),
+            "editors": endpoint_editors(),
         },
     )
 
@@ -44,7 +51,7 @@ def endpoint_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def endpoint_create(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id)
-    require_admin(membership)
+    require_endpoint_editor(membership)
     initial = {"role": request.GET.get("role") or EndpointRole.WORLD, "kind": "openai"}
     form = EndpointForm(request.POST or None, project=project, initial=initial)
     if request.method == "POST" and form.is_valid():
@@ -61,7 +68,7 @@ def endpoint_create(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def endpoint_edit(request: HtmxHttpRequest, endpoint_id: int) -> HttpResponse:
-    endpoint, membership = get_endpoint_for_user(request, endpoint_id, admin=True)
+    endpoint, membership = get_endpoint_for_user(request, endpoint_id, manage=True)
     project = endpoint.project
     form = EndpointForm(request.POST or None, project=project, endpoint=endpoint)
     if request.method == "POST" and form.is_valid():
@@ -85,7 +92,7 @@ def endpoint_edit(request: HtmxHttpRequest, endpoint_id: int) -> HttpResponse:
 
 @require_POST
 def endpoint_delete(request: HtmxHttpRequest, endpoint_id: int) -> HttpResponse:
-    endpoint, _ = get_endpoint_for_user(request, endpoint_id, admin=True)
+    endpoint, _ = get_endpoint_for_user(request, endpoint_id, manage=True)
     project_id = endpoint.project_id
     try:
         service.delete_endpoint(endpoint)
@@ -100,7 +107,7 @@ def endpoint_delete(request: HtmxHttpRequest, endpoint_id: int) -> HttpResponse:
 
 @require_POST
 def endpoint_make_default(request: HtmxHttpRequest, endpoint_id: int) -> HttpResponse:
-    endpoint, _ = get_endpoint_for_user(request, endpoint_id, admin=True)
+    endpoint, _ = get_endpoint_for_user(request, endpoint_id, manage=True)
     service.make_default(endpoint)
     messages.success(
         request, f"{endpoint.name!r} is now the first {endpoint.get_role_display().lower()}."
@@ -115,17 +122,17 @@ def _row(request: HtmxHttpRequest, endpoint: ModelEndpoint, membership) -> HttpR
         {
             "e": endpoint,
             "project": endpoint.project,
-            "is_admin": membership.role == Role.ADMIN,
-            "can_test": membership.can_edit,
+            "can_manage": may_edit_endpoints(membership),
         },
     )
 
 
 @require_POST
 def endpoint_test(request: HtmxHttpRequest, endpoint_id: int) -> HttpResponse:
-    """One-token request to the model: the latency, or the exact error. An in-process model
-    is loaded by a gpu worker (the page polls the row until it answers)."""
-    endpoint, membership = get_endpoint_for_user(request, endpoint_id, edit=True)
+    """One-token request to the model: whether it answered as a model, never what else
+    answered (`service.probe_chat`). An in-process model is loaded by a gpu worker (the
+    page polls the row until it answers)."""
+    endpoint, membership = get_endpoint_for_user(request, endpoint_id, manage=True)
     if endpoint.kind == "hf":
         ModelEndpoint.objects.filter(pk=endpoint.pk).update(
             test_pending=True, tested_at=timezone.now()

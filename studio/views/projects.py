@@ -7,7 +7,13 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_http_methods
 
-from studio.access import get_project_for_user, signed_in_user
+from studio.access import (
+    get_project_for_user,
+    may_create_projects,
+    project_creators,
+    require_project_creator,
+    signed_in_user,
+)
 from studio.forms.projects import MemberForm, ProjectForm
 from studio.http import HtmxHttpRequest
 from studio.models import Membership, Role
@@ -23,26 +29,30 @@ def _memberships(user):
     )
 
 
+def _list_context(user, form: ProjectForm) -> dict:
+    return {
+        "memberships": _memberships(user),
+        "form": form,
+        # the New project form only for those who may (STUDIO_PROJECT_CREATORS)
+        "may_create": may_create_projects(user),
+        "creators": project_creators(),
+    }
+
+
 def project_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(
-        request,
-        "projects/list.html",
-        {"memberships": _memberships(signed_in_user(request)), "form": ProjectForm()},
+        request, "projects/list.html", _list_context(signed_in_user(request), ProjectForm())
     )
 
 
 @require_http_methods(["POST"])
 def project_create(request: HtmxHttpRequest) -> HttpResponse:
     user = signed_in_user(request)
+    require_project_creator(user)  # 403 naming STUDIO_PROJECT_CREATORS
     form = ProjectForm(request.POST)
     if not form.is_valid():
         # The same list as the page (with its trajectory counts) beside the form's errors.
-        return render(
-            request,
-            "projects/list.html",
-            {"memberships": _memberships(user), "form": form},
-            status=400,
-        )
+        return render(request, "projects/list.html", _list_context(user, form), status=400)
     project = do_create_project(
         name=form.cleaned_data["name"],
         description=form.cleaned_data["description"],

@@ -75,6 +75,8 @@ def queue_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             queue = service.create_queue(project, request.user, form.data_object())
+        except service.DuplicateQueueName as exc:  # made since the form checked
+            form.add_error("name", str(exc)[0].upper() + str(exc)[1:] + ".")
         except ValueError as exc:
             form.add_error(None, str(exc))
         else:

@@ -21,7 +21,7 @@ from django.db.models.functions import Length, Substr
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
-from django.urls import path
+from django.urls import path, reverse
 from django.utils.html import format_html
 from django_htmx.http import HttpResponseStopPolling
 
@@ -31,6 +31,7 @@ from studio.models import Branch, BranchOrigin, Campaign, Step, Trajectory
 from studio.presenters.episode_rewards import annotate_steps, episode_summary
 from studio.presenters.model_colours import colour_map
 from studio.rendering import render_observation
+from studio.rendering.bounded import bounded_text
 from studio.services.exports import export_chunks
 from studio.services.model_identity import (
     identities_of_jobs,
@@ -302,9 +303,15 @@ def trajectory_live(request: HtmxHttpRequest, trajectory_id: int) -> HttpRespons
 
 
 def step_observation(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
-    """The full rendering of one observation (asked for from a preview)."""
+    """The rendering of one observation asked for from a preview: whole, up to what a page
+    shows (STUDIO_PAGE_FIELD_CHARS), else its start with the Show all link."""
     step, _ = get_step_for_user(request, step_id)
-    html = render_observation(step.branch.trajectory.domain, step.observation, step.meta)
+    html = render_observation(
+        step.branch.trajectory.domain,
+        step.observation,
+        step.meta,
+        full_url=reverse("step_text", args=[step.pk, "observation"]),
+    )
     return HttpResponse(html)
 
 
@@ -315,7 +322,8 @@ def step_raw_output(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
         return HttpResponse(
             format_html('<p class="muted small-text">{}</p>', "No raw output stored.")
         )
-    return HttpResponse(format_html('<pre class="obs-text raw-output">{}</pre>', step.raw_output))
+    url = reverse("step_text", args=[step.pk, "raw_output"])
+    return HttpResponse(bounded_text(step.raw_output, url, "obs-text raw-output"))
 
 
 def branch_export(request: HtmxHttpRequest, branch_id: int) -> StreamingHttpResponse:

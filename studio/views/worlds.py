@@ -63,7 +63,7 @@ def _editor_page(request, project, membership, editor, world, status=200) -> Htt
 
 def _preview(editor: WorldEditor) -> dict:
     if editor.spec is None and not editor.is_valid():
-        return {"errors": editor.errors}
+        return {"errors": editor.errors + editor.field_messages()}
     assert editor.spec is not None
     return {"composed": worlding.compose(editor.spec), "spec": editor.spec}
 
@@ -183,7 +183,9 @@ def world_import(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         messages.error(request, f"{upload.name}: larger than {MAX_WORLD_FILE_BYTES // 2**20} MB.")
         return redirect("world_list", project_id=project.pk)
     try:
-        data = json.loads(upload.read().decode("utf-8"))
+        # NaN / Infinity (json.loads takes them) are refused by parse_world, naming their
+        # path and the tool: WorldError
+        data = worlding.loads(upload.read().decode("utf-8"), check=False)
         saved = service.import_world(project, data, user=request.user)
     except UnicodeDecodeError:
         messages.error(request, f"{upload.name}: not UTF-8 text.")

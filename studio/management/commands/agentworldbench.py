@@ -5,12 +5,47 @@ reference pipeline's (QwenLM/Qwen-AgentWorld eval/eval.py), so either side reads
 from __future__ import annotations
 
 import json
+import socket
+import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from inference.simulation.limits import BACKENDS
+
+# How long the judge's server may take to accept a connection before `judge` gives up on it.
+CONNECT_TIMEOUT_S = 10
+
+
+def unreachable(base_url: str, timeout: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why nothing listens at `base_url` (refused, a host name that does not resolve, no
+    answer in time), or None when a connection opens. Tried once, before any row is sent:
+    otherwise every row would fail its attempts one after the other, each saying only that
+    it failed. Not tried through a proxy (HTTP(S)_PROXY), which is what the client reaches."""
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{base_url!r} is not an http:// or https:// URL"
+    host = parts.hostname
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return f"{base_url!r} has no valid port"
+    proxies = urllib.request.getproxies()
+    if parts.scheme in proxies and not urllib.request.proxy_bypass(host):
+        return None
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except socket.gaierror as exc:
+        return f"the host name {host!r} does not resolve (DNS: {exc.strerror or exc})"
+    except ConnectionRefusedError:
+        return f"connection refused: nothing listens on {host}:{port}"
+    except TimeoutError:
+        return f"connection timed out: {host}:{port} did not answer within {timeout:g} s"
+    except OSError as exc:
+        return f"{host}:{port}: {exc.strerror or exc}"
 
 
 class Command(BaseCommand):
@@ -171,6 +206,12 @@ class Command(BaseCommand):
         if not options["base_url"] or not options["model"]:
             raise CommandError("judge needs --endpoint NAME --project P, or --base-url and --model")
         raw_rows = read_judged(options["predictions"])
+        why = unreachable(options["base_url"])
+        if why is not None:
+            raise CommandError(
+                f"the judge server at {options['base_url']} cannot be reached: {why}; nothing "
+                "was judged"
+            )
         rows = []
         for i, row in enumerate(raw_rows, 1):
             if "predicted_observation" not in row and "gen" not in row:
@@ -206,7 +247,7 @@ class Command(BaseCommand):
                 f"{failed} row(s) marked failed (no generation, or no judgement after "
                 f"{options['attempts']} attempts); scores leave them out"
             )
-            for line in stats.errors[:10]:
+            for line in failure_lines(judged, stats.errors)[:10]:
                 self.stderr.write(f"  {line}")
         if judged and failed == len(judged):
             raise CommandError(f"every one of the {failed} row(s) failed: nothing was judged")
@@ -271,3 +312,22 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{stats.failed} row(s) failed; run the same command again to retry them"
             )
+
+
+def failure_lines(judged: list[dict], errors: list[str]) -> list[str]:
+    """A line per failed row: its id, what failed and why (the last attempt's error: "Judge
+    scoring failed" alone says nothing of an HTTP error or an unparseable answer); then the
+    rows that raised, which were not written (`errors` of the run)."""
+    lines = []
+    for row in judged:
+        if row.get("failed") != 1.0:
+            continue
+        judge = row.get("judge") or {}
+        message = judge.get("message") or row.get("error_message") or "failed"
+        last = (judge.get("errors") or [""])[-1]
+        lines.append(
+            f"id={row.get('id')} turn_idx={row.get('turn_idx')}: {message}"
+            + (f" ({last})" if last else "")
+        )
+    written = {line.split(":", 1)[0] for line in lines}
+    return lines + [e for e in errors if e.split(":", 1)[0] not in written]

@@ -15,6 +15,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from inference.worlds import WorldError
+from inference.worlds import loads as parse_json
 from studio.models import Project, World
 
 
@@ -51,7 +52,10 @@ class Command(BaseCommand):
         if not path.is_file():
             raise CommandError(f"{path}: no such file")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            # NaN / Infinity: refused by parse_world below, naming their path and the tool
+            data = parse_json(path.read_text(encoding="utf-8"), check=False)
+        except OSError as exc:
+            raise CommandError(f"{path}: cannot be read ({exc.strerror})") from None
         except UnicodeDecodeError:
             raise CommandError(f"{path}: not UTF-8 text") from None
         except json.JSONDecodeError as exc:
@@ -63,11 +67,14 @@ class Command(BaseCommand):
         from inference.worlds import parse_world
 
         try:
-            parse_world(data)  # checked before any project is created
+            parse_world(data, incoming=True)  # checked before any project is created
         except WorldError as exc:
             raise CommandError(f"{path}: {exc}") from None
         project, _ = get_or_create_project(options["project"])
-        saved = import_world(project, data)
+        try:
+            saved = import_world(project, data)
+        except WorldError as exc:  # the service checks again: its message, on one line too
+            raise CommandError(f"{path}: {exc}") from None
         if not saved.created:
             state = "unchanged"
         else:
