@@ -153,7 +153,7 @@ def test_a_campaign_from_the_form_to_a_queue_of_its_failures(
         expect(page.locator("#no-campaigns")).to_be_visible()
         page.click("#campaign-new")
         page.wait_for_url(re.compile(r"/campaigns/new/$"))
-        page.fill("input[name=name]", "Ledger <run>")
+        page.fill("input[name=name]", "Ledger & 'run'")
         # the world's tasks: only the chosen world's are offered
         tasks = page.locator("select[name=task_ids]")
         page.select_option("select[name=world]", label="Another desk")
@@ -225,11 +225,11 @@ def test_a_campaign_from_the_form_to_a_queue_of_its_failures(
 
         # the dataset's name follows the turns chosen while it is the default one
         name = page.locator("#campaign-dataset-form input[name=dataset_name]")
-        expect(name).to_have_value("Ledger <run>: successful episodes (agent turns)")
+        expect(name).to_have_value("Ledger & 'run': successful episodes (agent turns)")
         page.check("#campaign-dataset-form input[name=turns][value=wm]")
-        expect(name).to_have_value("Ledger <run>: successful episodes (world-model turns)")
+        expect(name).to_have_value("Ledger & 'run': successful episodes (world-model turns)")
         page.select_option("#campaign-dataset-form select[name=which]", "all")
-        expect(name).to_have_value("Ledger <run>: every episode (world-model turns)")
+        expect(name).to_have_value("Ledger & 'run': every episode (world-model turns)")
         name.fill("My own name")
         page.check("#campaign-dataset-form input[name=turns][value=agent]")
         expect(name).to_have_value("My own name")  # typed by the person: kept
@@ -255,7 +255,7 @@ def test_a_campaign_from_the_form_to_a_queue_of_its_failures(
         # the project's campaigns list it, done, with its episodes counted
         page.goto(f"{live_server.url}/projects/{project.pk}/campaigns/")
         row = page.locator(f"#campaign-list tr[data-campaign='{campaign.pk}']")
-        expect(row).to_contain_text("Ledger <run>")
+        expect(row).to_contain_text("Ledger & 'run'")
         expect(row).to_contain_text("Done")
         expect(row.locator("td.played")).to_have_text("8 of 8")
         shot(page, "campaign-list")

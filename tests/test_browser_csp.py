@@ -83,6 +83,9 @@ NOT_PAGES = {
     "step_earlier": "htmx fragment: a long trajectory's earlier steps on an annotation page",
     "queue_annotators": "htmx fragment: a queue's annotator quality panel",
     "trajectory_live": "htmx fragment: a running episode's new steps, polled by its page",
+    "step_text": "text/plain, a step field whole (Show all: linked from texts over "
+    "STUDIO_PAGE_FIELD_CHARS only; nothing in it for the policy to refuse)",
+    "trajectory_text": "text/plain, a trajectory's task whole (Show all, as step_text)",
 }
 
 SKIP_PATH = re.compile(r"^/(logout/|admin/|static/|env/|mcp/)")

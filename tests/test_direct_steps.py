@@ -301,7 +301,10 @@ def test_a_step_notes_the_episodes_count_before_its_answer_goes_out(project, she
             # there yet
             return noted.get(episode_rows._count_key(pk))
 
-        assert asyncio.run(step_then_read()) == b"1"
+        # a loop of its own in a thread of its own (a browser test's Playwright may have left
+        # one running in this thread)
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(asyncio.run, step_then_read()).result() == b"1"
     noted.close()
     assert Trajectory.objects.get(pk=pk).step_count == 1
 

@@ -143,27 +143,7 @@ def _case_id(case) -> str:
     return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}.{name}"
 
 
-# The endpoint and project forms are another change's (issue 25, endpoints and projects):
-# their fields are known to take these values today. Not strict: they pass once bounded.
-OTHERS = {
-    "endpoints.EndpointForm.name",
-    "endpoints.EndpointForm.temperature",
-    "endpoints.EndpointForm.top_p",
-    "endpoints.EndpointForm.context_length",
-    "endpoints.EndpointForm.price_in_per_mtok",
-    "endpoints.EndpointForm.price_out_per_mtok",
-    "projects.ProjectForm.name",
-}
-CASES = [
-    pytest.param(
-        case,
-        id=_case_id(case),
-        marks=[pytest.mark.xfail(reason="the endpoint/project forms' own fix", strict=False)]
-        if _case_id(case) in OTHERS
-        else [],
-    )
-    for case in _cases()
-]
+CASES = [pytest.param(case, id=_case_id(case)) for case in _cases()]
 
 
 def test_every_form_module_is_covered():
@@ -374,6 +354,11 @@ def test_a_tool_named_with_markup_is_refused_naming_the_tool(researcher_client, 
     for bad in ({"name": "<i>World</i>"}, {"state_keys": [{"name": "a\nb"}]}):
         with pytest.raises(W.WorldError, match="plain text|control character"):
             W.parse_world({**plain, **bad}, incoming=True)
+    # a screen's name may say where it is; a tag in it is still refused
+    where = {**plain, "domain": "android", "screens": [{"name": "Settings > Wi-Fi"}]}
+    assert W.parse_world(where, incoming=True).screens[0].name == "Settings > Wi-Fi"
+    with pytest.raises(W.WorldError, match=r"screens\[0\]\.name: .*plain text"):
+        W.parse_world({**where, "screens": [{"name": "<b>Home</b>"}]}, incoming=True)
     assert not World.objects.exists()
 
 

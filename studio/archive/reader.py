@@ -626,8 +626,8 @@ class _Import:
         # kept as they were (the archive is the project's record), but said now: each is
         # refused when it is first used, as any endpoint outside the allowlist is
         endpoints = ModelEndpoint.objects.filter(project=self.result.project)
-        for name, base_url in endpoints.values_list("name", "base_url"):
-            why = refusal(base_url)
+        for name, base_url in endpoints.exclude(base_url="").values_list("name", "base_url"):
+            why = refusal(base_url)  # (an in-process or retrieval model has no URL)
             if why is not None:
                 self.result.warnings.append(
                     f"the model endpoint {name!r} will not be used until its URL is allowed: {why}"

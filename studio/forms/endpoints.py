@@ -10,6 +10,7 @@ from typing import Any
 from django import forms
 
 from inference.simulation import limits
+from studio.forms.fields import check_plain_name
 from studio.models import EndpointKind, EndpointRole, ModelEndpoint
 from studio.services import endpoint_hosts
 from studio.services.endpoints import CHAT_ONLY_ROLES, EndpointData, env_key_refusal
@@ -52,7 +53,9 @@ class EndpointForm(forms.Form):
     temperature = forms.FloatField(required=False, label="Default temperature")
     top_p = forms.FloatField(required=False, label="Default top_p")
     max_tokens = forms.IntegerField(required=False, label="Default max_tokens")
-    context_length = forms.IntegerField(required=False, min_value=1, label="Context length")
+    context_length = forms.IntegerField(
+        required=False, min_value=1, max_value=100_000_000, label="Context length"
+    )
     supports_n = forms.BooleanField(
         required=False,
         initial=True,
@@ -103,6 +106,7 @@ class EndpointForm(forms.Form):
         name = self.cleaned_data["name"].strip()
         if not name:
             raise forms.ValidationError("An endpoint needs a name.")
+        name = check_plain_name(name, "the endpoint's name")
         taken = self.project.endpoints.filter(name=name)
         if self.endpoint is not None:
             taken = taken.exclude(pk=self.endpoint.pk)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth import get_user_model
 
+from studio.forms.fields import check_plain_name
 from studio.models import Membership, Project, Role
 
 
@@ -16,7 +17,7 @@ class ProjectForm(forms.ModelForm):
         name = self.cleaned_data["name"].strip()
         if not name:
             raise forms.ValidationError("A project needs a name.")
-        return name
+        return check_plain_name(name, "the project's name")
 
 
 class MemberForm(forms.Form):
