@@ -6,8 +6,8 @@ there comes after the bytes arrived; here a body is refused as it arrives.
 Each request gets the limit of its route (`limit_for`):
 
 - an upload (a multipart POST to a view in UPLOAD_URL_NAMES, or marked with
-  `accepts_upload`): STUDIO_MAX_UPLOAD_MB plus the form's allowance
-  (`studio.upload_handlers.FORM_ALLOWANCE_BYTES`);
+  `accepts_upload`) from a signed-in account: STUDIO_MAX_UPLOAD_MB plus the form's allowance
+  (`studio.upload_handlers.FORM_ALLOWANCE_BYTES`); from a visitor, the form limit below;
 - the episode API (/env/) and MCP (/mcp/): STUDIO_EPISODE_MAX_BODY_KB;
 - every other request (a page's form, /login/, htmx): STUDIO_MAX_FORM_BODY_KB.
 
@@ -100,7 +100,43 @@ def limit_for(scope: Scope) -> Limit:
             "an upload",
             "page",
         )
+    return form_limit()
+
+
+def form_limit() -> Limit:
     return Limit(settings.STUDIO_MAX_FORM_BODY_BYTES, "STUDIO_MAX_FORM_BODY_KB", "a form", "page")
+
+
+def _session_key(scope: Scope) -> str | None:
+    from http.cookies import CookieError, SimpleCookie
+
+    raw = _header(scope, b"cookie")
+    if not raw:
+        return None
+    try:
+        cookie = SimpleCookie(raw.decode("latin-1"))
+    except CookieError:
+        return None
+    morsel = cookie.get(settings.SESSION_COOKIE_NAME)
+    return morsel.value if morsel is not None else None
+
+
+def _session_has_user(key: str) -> bool:
+    from importlib import import_module
+
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
+    return store.get("_auth_user_id") is not None
+
+
+async def _signed_in(scope: Scope) -> bool:
+    """Whether the request carries the session of a signed-in account (one session read,
+    for upload routes only)."""
+    from asgiref.sync import sync_to_async
+
+    key = _session_key(scope)
+    if not key:
+        return False
+    return await sync_to_async(_session_has_user, thread_sensitive=True)(key)
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -193,6 +229,10 @@ class BodyLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         limit = self.choose(scope)
+        if limit.setting == "STUDIO_MAX_UPLOAD_MB" and not await _signed_in(scope):
+            # the upload views want a signed-in member: a visitor's body (which Django would
+            # spool to disk before any view refused it) gets no more than a form's
+            limit = form_limit()
         declared = _declared_length(scope)
         if declared is not None and declared > limit.bytes:
             return await send_refusal(scope, send, limit, declared, declared=True)

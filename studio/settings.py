@@ -449,8 +449,14 @@ LOGGING = {
     "disable_existing_loggers": False,
     # no API token in a log line (the episode API takes it in the URL path); uvicorn's own
     # loggers get the same filter when the episode app is imported (studio.serving.log_redaction)
-    "filters": {"redact_tokens": {"()": "studio.serving.log_redaction.RedactTokens"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact_tokens"]}},
+    "filters": {
+        "redact_tokens": {"()": "studio.serving.log_redaction.RedactTokens"},
+        # a 403/400/404 is one line, not a traceback
+        "refusals": {"()": "studio.log_filters.RefusalsWithoutTraceback"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "filters": ["redact_tokens", "refusals"]}
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "INFO"},

@@ -424,7 +424,9 @@ def _big_files(*roots: Path) -> dict[str, int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_real_server_refuses_big_bodies_before_they_are_read(tmp_path, project):
+def test_a_real_server_refuses_big_bodies_before_they_are_read(
+    tmp_path, project, researcher_client
+):
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     env = {
@@ -437,6 +439,8 @@ def test_a_real_server_refuses_big_bodies_before_they_are_read(tmp_path, project
     before = _big_files(tmpdir, data_dir)
     form = {"Content-Type": "application/x-www-form-urlencoded"}
     multipart = {"Content-Type": "multipart/form-data; boundary=b"}
+    # a member's upload gets the upload limit; a visitor's (no session) a form's
+    member = {**multipart, "Cookie": f"sessionid={researcher_client.cookies['sessionid'].value}"}
     jsonish = {"Content-Type": "application/json"}
     # a valid token and world: the episode API and MCP would read the body (an unknown
     # token is answered 401 before it is read)
@@ -445,7 +449,8 @@ def test_a_real_server_refuses_big_bodies_before_they_are_read(tmp_path, project
     mcp_headers = {**jsonish, "Accept": "application/json, text/event-stream"}
     routes = [
         ("/login/", form, 8 * 1024 * 1024, "STUDIO_MAX_FORM_BODY_KB"),
-        (f"/projects/{project.pk}/import/", multipart, 8 * 1024 * 1024, "STUDIO_MAX_UPLOAD_MB"),
+        (f"/projects/{project.pk}/import/", member, 8 * 1024 * 1024, "STUDIO_MAX_UPLOAD_MB"),
+        (f"/projects/{project.pk}/import/", multipart, 8 * 1024 * 1024, "STUDIO_MAX_FORM_BODY_KB"),
         (f"/env/t/{token}/worlds/{world.pk}/reset", jsonish, 4 * 1024 * 1024, "STUDIO_EPISODE_MAX_BODY_KB"),
         (f"/env/t/{token}/worlds/{world.pk}/mcp", jsonish, 4 * 1024 * 1024, "STUDIO_EPISODE_MAX_BODY_KB"),
         (f"/mcp/t/{token}/worlds/{world.pk}/", mcp_headers, 4 * 1024 * 1024, "STUDIO_EPISODE_MAX_BODY_KB"),

@@ -122,4 +122,13 @@ def test_simulate_rejects_bad_arguments(project):
             "simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--mode", "rollout",
             "--max-steps", "3",
         )  # fmt: skip
+    with pytest.raises(CommandError, match="--max-steps -5: a rollout takes 1 to 50 steps"):
+        call_command(
+            "simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--mode", "replay",
+            "--max-steps", "-5",
+        )  # fmt: skip
+    with pytest.raises(CommandError, match="--max-steps is for --mode rollout only"):
+        call_command(
+            "simulate", "--trajectory", str(trajectory.pk), "--step", "0", "--max-steps", "3"
+        )
     assert not SimulationJob.objects.exists()

@@ -237,7 +237,7 @@ def choose_world_model(project) -> ModelEndpoint:
     if not found:
         raise CampaignError(
             "world model: the project has no world model that reads a world's prompt: "
-            "add one on the Models page"
+            "an admin of the project adds one on the Models page"
         )
     names = ", ".join(e.name for e in found)
     raise CampaignError(

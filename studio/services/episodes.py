@@ -385,7 +385,7 @@ def _start_step_once(
         raise EpisodeError(
             f"the episode plays in world {world.get('name')!r}, and the project has no world "
             "model that reads a world's prompt (the retrieval baseline answers with recorded "
-            "observations): add one on the project's Models page"
+            "observations): an admin of the project adds one on its Models page"
         )
     if endpoint is None:
         raise EpisodeError("the project has no world model to answer")

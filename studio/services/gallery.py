@@ -199,7 +199,9 @@ def run_scenario(project: Project, s: Scenario, user=None) -> list[SimulationJob
         )
     endpoint, neural = _world_model(project)
     if endpoint is None:
-        raise ScenarioError("this project has no world model: add one on the Models page")
+        raise ScenarioError(
+            "this project has no world model: an admin of the project adds one on the Models page"
+        )
     root = state.trajectory.root_branch
     base = {"fork_index": s.step, "mode": "next", "n": 1, **sampling_defaults(endpoint)}
     base.update(world_input(endpoint))

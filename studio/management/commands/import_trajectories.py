@@ -71,7 +71,10 @@ class Command(BaseCommand):
             proj.delete()  # nothing went in: a bad file leaves no empty project behind
         if errors and len(files) == 1:
             raise CommandError(errors[0])  # its one line says it all: nothing was imported
-        line = f"imported {created} trajectories, {steps} steps"
+        line = (
+            f"imported {created} {'trajectory' if created == 1 else 'trajectories'}, "
+            f"{steps} {'step' if steps == 1 else 'steps'}"
+        )
         if skipped:
             line += f" (skipped {skipped} already present)"
         self.stdout.write(line)

@@ -84,6 +84,16 @@ class Command(BaseCommand):
         from studio.tasks import enqueue_simulation
 
         self.verbosity = options["verbosity"]
+        steps = options["max_steps"]
+        if steps is not None and not 1 <= steps <= limits.MAX_ROLLOUT_STEPS:
+            # refused in every mode, as the fork form does (only a rollout uses it)
+            raise CommandError(
+                f"--max-steps {steps}: a rollout takes 1 to {limits.MAX_ROLLOUT_STEPS} steps"
+            )
+        if steps is not None and options["mode"] != "rollout":
+            raise CommandError(
+                f"--max-steps is for --mode rollout only (this is --mode {options['mode']})"
+            )
         trajectory = Trajectory.objects.filter(pk=options["trajectory"]).first()
         if trajectory is None:
             raise CommandError(f"no trajectory with id {options['trajectory']}")
