@@ -1,7 +1,7 @@
 """Benchmark of the branching engine against the ways one would do without it: the same model,
 the same inputs, greedy, no eos stop.
 
-    python -m inference.bench --preset tiny                       # CPU, under a minute
+    python -m inference.bench --preset tiny                       # CPU, 2-3 minutes
     python -m inference.bench --preset qwen3.5-35b-a3b --device cuda
     python -m inference.bench --preset qwen3.5-35b-a3b-100k --device cuda   # memory goal
     python -m inference.bench --plan --preset qwen3.5-35b-a3b-100k          # arithmetic only
@@ -20,10 +20,22 @@ prefix plus a different suffix per branch (8 to 32 random tokens, lengths spread
 exercised). For each T (`--new-tokens`, default 16,256,1024) and mode, one line per side with
 tokens/s, wall time, peak memory and whether its greedy tokens equal naive's, then
 `speedup: X.XXx over naive` and `speedup: X.XXx over batched` (the engine's wall time against
-theirs), and a summary at the end. Exit code 1 if the engine's tokens differ from naive's.
+theirs) with how each was formed, a `prefix saving:` line (prompt tokens each side ran, the
+prefix KV held once against a copy per branch, the engine's prefill time), and a summary at the
+end. With `--profile` (on for the tiny presets) the largest T of each mode also prints where
+the engine's decode step spends its time: a table of ms per step and share by section
+(attention, recurrent layers, MoE router / routed experts / shared expert, norms, lm head,
+sampler, cache bookkeeping, host reads) from one extra untimed run with timers, and the step
+time of the model's forward for comparison. Exit code 1 if the engine's tokens differ from
+naive's.
 
 Every side runs once outside the timed region first (first calls allocate, pick kernels, JIT
-Triton kernels on a GPU); the timed runs are best-of `--repeat`. Peak memory: on CUDA
+Triton kernels on a GPU). The timed runs come in rounds that run every side in turn (naive,
+batched, engine, naive, ...; naive only in the first `--naive-repeat` rounds), `--repeat`
+rounds, or for the tiny presets more (up to 15) while a case's runs took under 2 s in all: on a
+shared machine load then falls on the sides alike. A side's time is its best run; a speedup is
+the median of the per-round ratios (one naive run: against the engine's median). Peak memory
+is measured in the first `--repeat` rounds: on CUDA
 `torch.cuda.max_memory_allocated()` during the side minus what was allocated just before it
 (the weights); on a CPU the process's peak RSS during the side (the kernel's high-water mark,
 reset before it; or RSS sampled every 2 ms by a thread where that cannot be reset) minus the
@@ -31,7 +43,9 @@ RSS just before it.
 
 Models have random weights built from a config (no download): `tiny` is a shrunk qwen3_5_moe
 for a CPU (P=512, N=3; hidden 64, one linear- and one full-attention layer, 4 experts with 2
-active and a shared expert: 0.2M parameters); `qwen3.5-35b-a3b` is the full Qwen3.5-35B-A3B text
+active and a shared expert: 0.2M parameters), followed (unless --prompt-tokens or
+--new-tokens is given) by `tiny-long`, the same model with P=4096 and T=16,256, where computing
+the shared prefix once shows; `qwen3.5-35b-a3b` is the full Qwen3.5-35B-A3B text
 architecture (40 layers, 256 experts) in bf16 for a GPU; `qwen3.5-35b-a3b-100k` is the same with
 P=100,000 and N=64, engine only (batched `generate` would need 64 copies of the prefix KV,
 190 GiB; naive would prefill 100K tokens 64 times). The memory plan of the run
@@ -43,6 +57,7 @@ import argparse
 import ctypes
 import gc
 import os
+import statistics
 import sys
 import threading
 import time
@@ -65,13 +80,43 @@ class Preset:
     suffixes: tuple[str, ...] = SUFFIX_MODES
     suffix_tokens: tuple[int, int] = (8, 32)  # shortest and longest differing suffix
     gpu: bool = False  # bf16 on a GPU (the plan assumes 2-byte weights without --device)
+    naive_repeat: int | None = None  # rounds naive runs in (None: every round)
+    # more rounds for short cases: up to max_rounds while a case's rounds took < min_seconds
+    min_seconds: float = 0.0
+    max_rounds: int = 0
+    profile: bool = False  # print the engine's decode-step profile (at the largest T)
+    follow: tuple[str, ...] = ()  # presets whose cases run after this one's, on the same model
 
 
 PRESETS = {
     # CPU: the whole default run (3 sides x 2 modes x T of 16, 256, 1024) in under a minute on
     # 2 cores. A decode step of the tiny model is ~3 ms of fixed overhead whatever the batch, and
     # naive decoding makes N x 1296 of them per mode (batched and the engine 1296 each): N=3.
-    "tiny": Preset("tiny", prompt_tokens=512, branches=3, new_tokens=(16, 256, 1024), repeat=1),
+    "tiny": Preset(
+        "tiny",
+        prompt_tokens=512,
+        branches=3,
+        new_tokens=(16, 256, 1024),
+        repeat=3,
+        naive_repeat=1,
+        min_seconds=2.0,
+        max_rounds=15,
+        profile=True,
+        follow=("tiny-long",),
+    ),
+    # The same tiny model with a longer shared prefix: what computing it once saves (prefill
+    # tokens, the prefix KV held once, time). Run by `--preset tiny` after its own cases.
+    "tiny-long": Preset(
+        "tiny-long",
+        prompt_tokens=4096,
+        branches=3,
+        new_tokens=(16, 256),
+        repeat=3,
+        naive_repeat=1,
+        min_seconds=2.0,
+        max_rounds=15,
+        profile=True,
+    ),
     "qwen3.5-35b-a3b": Preset(
         "qwen3.5-35b-a3b", prompt_tokens=4096, branches=16, new_tokens=(64,), repeat=1, gpu=True
     ),
@@ -93,7 +138,7 @@ def preset_config(name: str):
 
     from inference.tiny import tiny_config
 
-    if name == "tiny":
+    if name in ("tiny", "tiny-long"):
         # The tiny test architecture (hidden 64, 4 experts with 2 active, a shared expert) cut to
         # one linear-attention and one full-attention layer: a CPU decode step is mostly fixed
         # per-layer overhead, and the hybrid cache (recurrent state + KV) is all still there.
@@ -310,6 +355,9 @@ class SideResult:
     outputs: list[list[int]] | None  # None: not comparable (served)
     prompt_tokens_computed: int | None = None
     detail: str = ""
+    prefill_s: float | None = None  # the engine's
+    decode_s: float | None = None
+    decode_steps: int = 0
 
 
 def _sync(device: str) -> None:
@@ -414,19 +462,125 @@ def run_served(
 
 
 def measure(run: Callable[[], SideResult], device: str, repeat: int) -> SideResult:
-    """Best of `repeat` timed runs; peak memory is the largest over them."""
-    best: SideResult | None = None
-    peak = 0
-    for _ in range(repeat):
-        with PeakMemory(device) as mem:
-            res = run()
-        peak = max(peak, mem.peak)
-        if best is None or res.seconds < best.seconds:
-            best = res
-    assert best is not None
-    if best.peak_bytes is not None:
-        best.peak_bytes = peak
+    """Best of `repeat` timed runs of one side; peak memory is the largest over them."""
+    return best_of(measure_rounds({"side": run}, device, repeat)["side"])
+
+
+def measure_rounds(
+    runs: dict[str, Callable[[], SideResult]],
+    device: str,
+    repeat: int,
+    limit: dict[str, int] | None = None,
+    min_seconds: float = 0.0,
+    max_rounds: int = 0,
+) -> dict[str, list[SideResult]]:
+    """Rounds of timed runs, each running every side once in turn (A B A B ...), so that load
+    on a shared machine falls on all sides alike rather than on whichever ran during it: at
+    least `repeat` rounds, and more (up to `max_rounds`) while the runs so far took less
+    than `min_seconds` in all (short cases get more rounds; noise shrinks, the run stays
+    short). `limit` caps a side's rounds (naive, many times slower, in the first round only).
+    A result's peak_bytes is its own run's peak in the first `repeat` rounds, 0 (not
+    measured) in the extra ones; `best_of` reports the largest."""
+    limit = limit or {}
+    out: dict[str, list[SideResult]] = {side: [] for side in runs}
+    timed = 0.0  # the runs' own seconds (not the memory bookkeeping between them)
+    r = 0
+    while r < repeat or (r < max_rounds and timed < min_seconds):
+        for side, run in runs.items():
+            if r >= limit.get(side, max(repeat, max_rounds)):
+                continue
+            if r < repeat:
+                with PeakMemory(device) as mem:
+                    res = run()
+                if res.peak_bytes is not None:
+                    res.peak_bytes = mem.peak
+            else:  # the extra rounds skip the memory bookkeeping (a gc pass, ~0.5 s each)
+                res = run()
+            out[side].append(res)
+            timed += res.seconds
+        r += 1
+    return out
+
+
+def best_of(results: list[SideResult]) -> SideResult:
+    """The fastest run, with the largest peak memory of all the runs."""
+    best = min(results, key=lambda r: r.seconds)
+    peaks = [r.peak_bytes for r in results if r.peak_bytes is not None]
+    if best.peak_bytes is not None and peaks:
+        best.peak_bytes = max(peaks)
     return best
+
+
+def speedup(other: list[SideResult], engine: list[SideResult]) -> tuple[float, str]:
+    """(the engine's speedup over `other`, how it was formed). With one run of `other` per
+    engine run (the same rounds) the median of the per-round ratios; otherwise the median
+    time of `other` over the engine's median time."""
+    best = min(r.seconds for r in other) / min(r.seconds for r in engine)
+    if len(other) == len(engine) and len(engine) > 1:
+        ratios = sorted(o.seconds / e.seconds for o, e in zip(other, engine, strict=True))
+        ratio = statistics.median(ratios)
+        text = ", ".join(f"{x:.2f}" for x in ratios)
+        return (
+            ratio,
+            f"median of {len(ratios)} paired rounds: {text}; best against best {best:.2f}x",
+        )
+    ratio = statistics.median(r.seconds for r in other) / statistics.median(
+        r.seconds for r in engine
+    )
+    runs = "its one run" if len(other) == 1 else f"its median of {len(other)} runs"
+    return ratio, (
+        f"{runs} against the engine's median of {len(engine)}; best against best {best:.2f}x"
+    )
+
+
+def prefix_saving_line(results: dict[str, SideResult], p: int, n: int, kv_per_token: int) -> str:
+    """What computing the shared prefix once saves in this case: prompt tokens run, the
+    prefix KV held (once, against one copy per branch), the engine's prefill time."""
+    engine = results["engine"]
+    parts = [f"engine {engine.prompt_tokens_computed}"]
+    for side in ("naive", "batched"):
+        if side in results and results[side].prompt_tokens_computed is not None:
+            parts.append(f"{side} {results[side].prompt_tokens_computed}")
+    prefill = f"; engine prefill {engine.prefill_s:.3f}s" if engine.prefill_s is not None else ""
+    return (
+        f"prefix saving: prompt tokens run {', '.join(parts)}; prefix KV "
+        f"{_mib(p * kv_per_token)} held once (batched holds a copy per branch: "
+        f"{n} x {_mib(p * kv_per_token)} = {_mib(n * p * kv_per_token)}){prefill}"
+    )
+
+
+def profile_lines(model, branches, t: int, device: str, engine: SideResult) -> list[str]:
+    """Where the engine's decode step spends its time: one more (untimed) engine run with
+    section timers, then, for comparison, a short run whose step is the model's forward
+    (what `generate`'s step runs, and the engine's step without the direct path)."""
+    from inference.engine import BranchingEngine, StepProfile
+
+    prof = StepProfile(device)
+    r = BranchingEngine(model, eos_token_ids=()).generate(
+        [list(b) for b in branches], max_new_tokens=t, temperature=0.0, profile=prof
+    )
+    steps = max(1, prof.steps)
+    timed = (
+        f"{1000 * engine.decode_s / engine.decode_steps:.3f} ms/step"
+        if engine.decode_s and engine.decode_steps
+        else "n/a"
+    )
+    lines = [
+        f"profile of the engine's decode step ({r.decode_path}; an extra run with timers: "
+        f"{1000 * prof.total() / steps:.3f} ms/step over {prof.steps} steps; the timed best "
+        f"run's decode: {timed}):"
+    ]
+    lines += [f"  {name:<38} {ms:8.3f} ms/step {share:6.1%}" for name, ms, share in prof.rows()]
+    ref_t = min(t, 64)
+    ref = StepProfile(device)
+    BranchingEngine(model, eos_token_ids=(), direct_step=False).generate(
+        [list(b) for b in branches], max_new_tokens=ref_t, temperature=0.0, profile=ref
+    )
+    lines.append(
+        f"  for comparison, the model's forward as the step ({ref.steps} steps): "
+        f"{1000 * ref.total() / max(1, ref.steps):.3f} ms/step"
+    )
+    return lines
 
 
 def side_runner(
@@ -457,8 +611,22 @@ def side_runner(
             graph = getattr(r, "graph", "")
             if graph:
                 detail += f"; {graph}"
+            path = getattr(r, "decode_path", "")
+            if path:
+                detail += f"; decode step: {path}"
             outs = [b.tokens for b in r.branches]
-            return SideResult(side, secs, r.tokens_out, 0, outs, r.prefill_tokens, detail)
+            return SideResult(
+                side,
+                secs,
+                r.tokens_out,
+                0,
+                outs,
+                r.prefill_tokens,
+                detail,
+                prefill_s=r.prefill_s,
+                decode_s=r.decode_s,
+                decode_steps=r.decode_steps,
+            )
         if side == "served":
             tokens, secs = run_served(url, model_name, branches, t)
             n = len(branches)
@@ -492,8 +660,9 @@ def compare(outputs: list[list[int]] | None, naive: list[list[int]] | None) -> t
     return False, f"NO ({len(bad)}/{len(naive)} branches differ; branch {bad[0]} at token {first})"
 
 
-def side_line(r: SideResult, equal: str) -> str:
+def side_line(r: SideResult, equal: str, median: float | None = None, runs: int = 1) -> str:
     rate = r.tokens / r.seconds if r.seconds else float("inf")
+    spread = f" (median {median:.3f}s of {runs})" if median is not None and runs > 1 else ""
     computed = (
         ""
         if r.prompt_tokens_computed is None
@@ -501,7 +670,7 @@ def side_line(r: SideResult, equal: str) -> str:
     )
     detail = f" ({r.detail})" if r.detail else ""
     return (
-        f"  {r.side:<8} {r.tokens} tokens in {r.seconds:.3f}s = {rate:.1f} tok/s; "
+        f"  {r.side:<8} {r.tokens} tokens in {r.seconds:.3f}s{spread} = {rate:.1f} tok/s; "
         f"peak {_mib(r.peak_bytes)}{computed}; outputs = naive: {equal}{detail}"
     )
 
@@ -569,7 +738,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="torch CPU threads (default 1 on CPU: stable figures on a shared machine)",
     )
     parser.add_argument(
-        "--repeat", type=int, default=None, help="timed runs of each side, best kept"
+        "--repeat",
+        type=int,
+        default=None,
+        help="rounds of timed runs (every side once per round, in turn); best run kept, "
+        "speedups the median of the per-round ratios",
+    )
+    parser.add_argument(
+        "--naive-repeat",
+        type=int,
+        default=None,
+        help="rounds naive runs in, at most --repeat (default: the preset's; tiny: 1)",
+    )
+    parser.add_argument(
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="print where the engine's decode step spends its time, at the largest T "
+        "(default: on for the tiny presets)",
     )
     parser.add_argument(
         "--gpu-gb", type=float, default=141.0, help="GPU memory for the plan (H200: 141)"
@@ -578,6 +764,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--plan", action="store_true", help="print the memory plan only (no model is built)"
     )
     args = parser.parse_args(argv)
+    for name in ("repeat", "naive_repeat"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.suffix_tokens is not None and (
         len(args.suffix_tokens) != 2 or args.suffix_tokens[0] > args.suffix_tokens[1]
     ):
@@ -586,6 +775,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    finally:
+        gc.unfreeze()
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     from inference.memory import format_plan, memory_plan
 
@@ -628,6 +824,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or (1 if device == "cpu" else None)
     if threads:
         torch.set_num_threads(threads)
+    profile = preset.profile if args.profile is None else args.profile
 
     t0 = time.perf_counter()
     model = None
@@ -641,6 +838,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         built = "no local model (served side only)"
+    # Everything alive now (torch, transformers, the model) out of the collector's sight: the
+    # full collection before each measured run then takes microseconds, not ~0.3 s.
+    gc.collect()
+    gc.freeze()
+    naive_repeat = min(repeat, args.naive_repeat or preset.naive_repeat or repeat)
     print(
         f"preset {preset.name}: P={p} N={n} T={','.join(map(str, ts))} "
         f"suffix={','.join(modes)} ({suffix_tokens[0]}-{suffix_tokens[1]} tokens when differing) "
@@ -651,8 +853,113 @@ def main(argv: list[str] | None = None) -> int:
     if device.startswith("cuda"):
         print(f"weights allocated on the GPU: {torch.cuda.memory_allocated() / 1024**3:.2f} GiB")
     print(PeakMemory.describe(device))
+    print(
+        f"timing: each case runs its sides in turn, {repeat} round{'s' if repeat != 1 else ''}"
+        + (
+            f" or more (up to {preset.max_rounds} while under {preset.min_seconds:g}s)"
+            if preset.max_rounds > repeat and not args.repeat
+            else ""
+        )
+        + f", naive in the first {naive_repeat}; load on the machine hits every side alike. "
+        "A side's time is its best round; a speedup is the median of the per-round ratios"
+    )
 
-    inputs = {m: make_inputs(cfg.vocab_size, p, n, m, suffix_tokens) for m in modes}  # type: ignore[arg-type]
+    # Sections: the preset's own, then (unless P was given) the presets it brings along,
+    # e.g. tiny's longer shared prefix (tiny-long, P=4096) on the same model.
+    sections = [(preset, p, ts, repeat, naive_repeat)]
+    if args.prompt_tokens is None and args.new_tokens is None:
+        for name in preset.follow:
+            extra = PRESETS[name]
+            r = args.repeat or extra.repeat
+            sections.append(
+                (
+                    extra,
+                    extra.prompt_tokens,
+                    list(extra.new_tokens),
+                    r,
+                    min(r, extra.naive_repeat or r),
+                )
+            )
+    engine_ok = True
+    summary: list[str] = []
+    equal_by_side: dict[str, bool] = {}
+    for k, (sec, sec_p, sec_ts, sec_repeat, sec_naive) in enumerate(sections):
+        if k:
+            print(
+                f"preset {sec.name}: P={sec_p} N={n} T={','.join(map(str, sec_ts))} "
+                f"repeat={sec_repeat} (naive {sec_naive}), the same model"
+            )
+            plan = memory_plan(
+                cfg,
+                sec_p,
+                n,
+                max(sec_ts),
+                2 if dtype == torch.bfloat16 else 4,
+                suffix_tokens=suffix_tokens[1] if "differing" in modes else 0,
+                gpu_bytes=args.gpu_gb * 1e9,
+            )
+            print("\n".join(format_plan(plan, cfg)))
+        ok, lines = run_section(
+            model,
+            sec_p,
+            n,
+            sec_ts,
+            modes,
+            suffix_tokens,
+            sides,
+            device,
+            sec_repeat,
+            sec_naive,
+            cfg.vocab_size,
+            args,
+            equal_by_side,
+            profile=profile,
+            kv_bytes_per_token=memory_plan(
+                cfg, sec_p, n, 1, 2 if dtype == torch.bfloat16 else 4
+            ).kv_bytes_per_token,
+            # --repeat given: exactly that many rounds
+            min_seconds=0.0 if args.repeat else sec.min_seconds,
+            max_rounds=0 if args.repeat else sec.max_rounds,
+        )
+        engine_ok = engine_ok and ok
+        if len(sections) > 1:
+            summary.append(f"  P={sec_p}:")
+        summary.extend(lines)
+
+    p_text = ",".join(str(sec[1]) for sec in sections)
+    print(f"summary ({preset.name}, {device}, P={p_text}, N={n}), the engine's wall time against:")
+    print("\n".join(summary))
+    compared = [f"{s} {'yes' if ok else 'NO'}" for s, ok in equal_by_side.items() if s != "served"]
+    if "naive" in sides and compared:
+        print(f"  greedy outputs equal naive's: {', '.join(compared)}")
+    print(f"  total {time.perf_counter() - t0:.1f}s")
+    return 0 if engine_ok else 1
+
+
+def run_section(
+    model,
+    p: int,
+    n: int,
+    ts: Sequence[int],
+    modes: Sequence[str],
+    suffix_tokens: tuple[int, ...],
+    sides: Sequence[str],
+    device: str,
+    repeat: int,
+    naive_repeat: int,
+    vocab: int,
+    args: argparse.Namespace,
+    equal_by_side: dict[str, bool],
+    *,
+    profile: bool,
+    kv_bytes_per_token: int,
+    min_seconds: float = 0.0,
+    max_rounds: int = 0,
+) -> tuple[bool, list[str]]:
+    """The cases of one prompt length: warm-up, then per T and mode the sides' rounds, their
+    lines and speedups, and (with `profile`) the engine's decode profile at the largest T.
+    Returns (the engine's tokens equal naive's everywhere, summary lines)."""
+    inputs = {m: make_inputs(vocab, p, n, m, suffix_tokens) for m in modes}  # type: ignore[arg-type]
 
     # Warm-up of every side, untimed: first calls allocate, pick kernels and JIT-compile. On a
     # prefix of at most WARM_PREFIX tokens (the same shapes but the length; a 100K prefill twice
@@ -670,42 +977,49 @@ def main(argv: list[str] | None = None) -> int:
 
     engine_ok = True
     summary = []
-    equal_by_side: dict[str, bool] = {}
     for t in ts:
         for m in modes:
             branches = inputs[m]
             print(f"[{m} suffixes, T={t}, P={p}, N={n}, suffix +{suffix_length(branches, p)}]")
-            results = {}
-            for side in sides:
-                run = side_runner(side, model, branches, t, device, args.url, args.model)
-                results[side] = measure(run, device, repeat)
+            runs = {
+                side: side_runner(side, model, branches, t, device, args.url, args.model)
+                for side in sides
+            }
+            rounds = measure_rounds(
+                runs,
+                device,
+                repeat,
+                {"naive": naive_repeat},
+                min_seconds=min_seconds,
+                max_rounds=max_rounds,
+            )
+            results = {side: best_of(rs) for side, rs in rounds.items()}
             naive = results.get("naive")
             for side, r in results.items():
+                median = statistics.median(x.seconds for x in rounds[side])
                 if side == "naive":
-                    print(side_line(r, "-"))
+                    print(side_line(r, "-", median, len(rounds[side])))
                     continue
                 ok, text = compare(r.outputs, naive.outputs if naive else None)
                 equal_by_side[side] = equal_by_side.get(side, True) and ok
                 engine_ok = engine_ok and (ok or side != "engine")
-                print(side_line(r, text))
-            engine = results.get("engine")
+                print(side_line(r, text, median, len(rounds[side])))
             ratios = []
-            for other in ("naive", "batched"):
-                if engine is not None and other in results:
-                    ratio = results[other].seconds / engine.seconds
+            if "engine" in rounds:
+                for other in ("naive", "batched"):
+                    if other not in rounds:
+                        continue
+                    ratio, detail = speedup(rounds[other], rounds["engine"])
                     print(f"speedup: {ratio:.2f}x over {other}")
+                    print(f"  ({detail})")
                     ratios.append(f"{ratio:.2f}x over {other}")
+                print(prefix_saving_line(results, p, n, kv_bytes_per_token))
+                if profile and t == max(ts) and model is not None:
+                    print("\n".join(profile_lines(model, branches, t, device, results["engine"])))
             if not ratios:
                 ratios = ["no speedup (needs the engine and naive or batched)"]
             summary.append(f"  {m:<9} T={t:<5} " + ", ".join(ratios))
-
-    print(f"summary ({preset.name}, {device}, P={p}, N={n}), the engine's wall time against:")
-    print("\n".join(summary))
-    compared = [f"{s} {'yes' if ok else 'NO'}" for s, ok in equal_by_side.items() if s != "served"]
-    if "naive" in sides and compared:
-        print(f"  greedy outputs equal naive's: {', '.join(compared)}")
-    print(f"  total {time.perf_counter() - t0:.1f}s")
-    return 0 if engine_ok else 1
+    return engine_ok, summary
 
 
 if __name__ == "__main__":

@@ -261,6 +261,16 @@ def shared_prefix_attention(
     # Before this forward's `advance`, prefix_len is the prefix stored before this chunk (in
     # prefix mode the chunk's own keys were just written after it, and are `key` too).
     prefix_len = cache.prefix_len
+    if cache.mode == "prefix" and not prefix_len:
+        # The first prefix chunk attends to itself alone, causally: plain causal attention,
+        # which torch's fused kernel does without the [queries x keys] score matrix in memory
+        # (what `generate` runs for a prompt too).
+        import torch
+
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, is_causal=True, scale=scaling, enable_gqa=True
+        )
+        return out.transpose(1, 2).contiguous(), None
     prefix_k = cache.prefix_k[layer][:, :, :prefix_len] if prefix_len else None
     prefix_v = cache.prefix_v[layer][:, :, :prefix_len] if prefix_len else None
     if cache.mode == "decode":

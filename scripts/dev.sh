@@ -6,6 +6,9 @@
 #   PORT=8001 scripts/dev.sh              another port (default 8000)
 #   STUDIO_BROKER=sqlite scripts/dev.sh   the embedded broker even if Redis is running
 #   STUDIO_DATA_DIR=/tmp/x scripts/dev.sh another data dir (database, broker, logs)
+#   STUDIO_EXTRAS=model scripts/dev.sh    also the `model` extra (torch's CPU build,
+#                                         transformers, trl, peft): the gpu worker then runs the
+#                                         tiny model in-process and fine-tunes it
 # What it chose (database, broker) is recorded in the data dir (dev-runtime.json) while it
 # runs: manage.py and workers started in another terminal use the same.
 set -euo pipefail
@@ -22,13 +25,21 @@ if [ ! -x .venv/bin/python ]; then
   echo "Creating the virtual environment in .venv ..."
   "$PYTHON" -m venv .venv
 fi
-# Reinstall only when the project's dependencies changed since the last run.
+# Reinstall only when the project's dependencies or the extras asked for changed since the
+# last run (the stamp holds the extras it installed).
+EXTRAS=${STUDIO_EXTRAS:-}
+case "$EXTRAS" in
+  ""|model|gpu) ;;
+  *) echo "dev.sh: STUDIO_EXTRAS must be empty, model or gpu (got: $EXTRAS)" >&2; exit 1 ;;
+esac
+SPEC=.
+[ -n "$EXTRAS" ] && SPEC=".[$EXTRAS]"
 STAMP=.venv/.studio-installed
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-  echo "Installing AgentWorld Studio and its dependencies into .venv ..."
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$(cat "$STAMP")" != "$EXTRAS" ]; then
+  echo "Installing AgentWorld Studio${EXTRAS:+ with the $EXTRAS extra} and its dependencies into .venv ..."
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e .
-  touch "$STAMP"
+  .venv/bin/python -m pip install -q -e "$SPEC"
+  printf '%s' "$EXTRAS" > "$STAMP"
 fi
 
 export DEBUG=${DEBUG:-1}

@@ -29,6 +29,7 @@ from studio.models import (
     Campaign,
     EvaluationRun,
     ExportJob,
+    FineTuneRun,
     ImportJob,
     JobStatus,
     JudgeJob,
@@ -157,6 +158,21 @@ def run_campaign(self, campaign_id: int) -> None:
         release_memory()
 
 
+FINETUNE_TASK = "studio.run_finetune"  # = studio.jobs.finetunes.FINETUNE_TASK
+
+
+@shared_task(name=FINETUNE_TASK, **JOB_TASK_OPTIONS)
+def run_finetune(self, run_id: int) -> None:
+    from studio.jobs.finetunes import run_finetune as body
+    from studio.jobs.runtime import drop_failed_connection
+
+    drop_failed_connection()
+    try:
+        body(run_id, self.request.id or "")
+    finally:
+        release_memory()
+
+
 def poke_arena_of(model: type[SimulationJob] | type[JudgeJob], job_id: int) -> None:
     """A simulation or judge job of an arena ended (or gave up): the arena looks at once
     instead of at its next check. Never raises: the job's own end is what matters."""
@@ -236,6 +252,9 @@ def _send(model: JobModel, pk: int, previous: str | None, countdown: float | Non
         task, queue = advance_arena, ArenaRun.objects.values_list("queue", flat=True).get(pk=pk)
     elif model is Campaign:
         task, queue = run_campaign, Campaign.objects.values_list("queue", flat=True).get(pk=pk)
+    elif model is FineTuneRun:
+        task = run_finetune
+        queue = FineTuneRun.objects.values_list("queue", flat=True).get(pk=pk)
     else:
         task, queue = run_import_job, queue_name("default")
     try:
@@ -290,6 +309,11 @@ def recheck_arena(arena_id: int, previous: str, countdown: float) -> bool:
 def enqueue_campaign(campaign: Campaign) -> None:
     """A new or resumed campaign: its message goes out once the transaction commits."""
     transaction.on_commit(lambda: _send(Campaign, campaign.pk, None))
+
+
+def enqueue_finetune(run: FineTuneRun) -> None:
+    """A new or resumed fine-tune: its message goes out once the transaction commits."""
+    transaction.on_commit(lambda: _send(FineTuneRun, run.pk, None))
 
 
 def enqueue_export(job: ExportJob) -> None:

@@ -37,4 +37,6 @@ urlpatterns = [
     path("", include("studio.views.arena")),
     path("", include("studio.views.datasets")),
     path("", include("studio.views.campaigns")),
+    path("", include("studio.views.finetunes")),
+    path("", include("studio.views.finetune_evaluations")),
 ]

@@ -43,6 +43,18 @@ def _fresh_rate_windows():
 
 
 @pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's, then, before it drops the test database, the connections of threads
+    that ended (an event loop's executor: `sync_to_async(thread_sensitive=False)`) collected
+    and so closed: one left open keeps the database from being dropped, and under xdist each
+    process drops its own at its end, after whichever file it ran last."""
+    yield
+    import gc
+
+    gc.collect()
+
+
+@pytest.fixture(scope="session")
 def default_worker(django_db_setup, django_db_blocker):
     """One real worker on this run's default and gpu queues, shared by every test that only
     needs a worker (they start slowly); tests that need a worker configured otherwise start

@@ -24,6 +24,21 @@ for _name in (
 ):
     os.environ.pop(_name, None)
 
+# Under pytest-xdist (-n 2) each worker process has a test database of its own (pytest-django
+# suffixes its name with the worker's id), so rows of the same id exist in both: the files
+# named by them (uploads, exports, archives, models) need a data directory of their own too.
+# Set in the environment so the workers and servers the tests start write there as well; a
+# process they start (which inherits PYTEST_XDIST_WORKER and this module) keeps the directory
+# it is given, which may be one a test chose.
+if (_xdist := os.environ.get("PYTEST_XDIST_WORKER")) and not os.environ.get(
+    "STUDIO_TEST_DATA_DIR_OF"
+):
+    _base = os.environ.get("STUDIO_DATA_DIR") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "var"
+    )
+    os.environ["STUDIO_DATA_DIR"] = os.path.join(_base, f"xdist-{_xdist}")
+    os.environ["STUDIO_TEST_DATA_DIR_OF"] = _xdist
+
 from studio.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

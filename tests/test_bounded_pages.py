@@ -227,7 +227,11 @@ def test_in_a_browser_the_editor_loads_the_whole_observation_when_asked(
     page.locator("#correction summary").click()
     assert page.locator("#corrected-observation").input_value() == ""
     page.locator("#correction-load").click()
-    page.wait_for_function("document.getElementById('corrected-observation').value.length > 1000")
+    # A function, not an expression: Playwright polls an expression with eval, which the
+    # page's Content-Security-Policy refuses whenever the first check is false.
+    page.wait_for_function(
+        "() => document.getElementById('corrected-observation').value.length > 1000"
+    )
     assert page.locator("#corrected-observation").input_value() == observation
     assert "Loaded" in page.locator("#correction-load").inner_text()
     page.locator("#corrected-observation").press("Control+End")

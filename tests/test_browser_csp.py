@@ -65,6 +65,7 @@ DOWNLOADS = {
     "dataset_export": "a dataset version as a file (the dataset page's Download button)",
     "export_download": "an export's file",
     "queue_labels": "a queue's labels as JSONL, CSV or Parquet",
+    "finetune_adapter": "a fine-tune's adapter folder as a zip",
 }
 # pages that are also files with another query
 ALSO_DOWNLOADS = {"leaderboard": "?format=csv: the leaderboard as CSV"}
@@ -86,6 +87,8 @@ NOT_PAGES = {
     "step_text": "text/plain, a step field whole (Show all: linked from texts over "
     "STUDIO_PAGE_FIELD_CHARS only; nothing in it for the policy to refuse)",
     "trajectory_text": "text/plain, a trajectory's task whole (Show all, as step_text)",
+    "finetune_evaluations": "htmx fragment: the fine-tune page's Evaluate section, polled "
+    "while its evaluations run (a page of its own only to show a refused form's errors)",
 }
 
 SKIP_PATH = re.compile(r"^/(logout/|admin/|static/|env/|mcp/)")
@@ -298,7 +301,13 @@ def demo_with_one_of_everything(tmp_path):
     )
     cancel_campaign(campaign)  # finished at once: its page does not poll
     web_steps = QueueData(name="web steps", domain="web", limit=20)
-    create_version(demo, admin, SelectionData(name="web steps", filter=web_steps))
+    version = create_version(demo, admin, SelectionData(name="web steps", filter=web_steps))
+    from studio.services.finetunes import FineTuneData, cancel_finetune, start_finetune
+
+    tune = start_finetune(
+        demo, admin, FineTuneData(name="first tune", dataset_version=version, base="tiny")
+    )
+    cancel_finetune(tune)  # finished at once: its page does not poll
     return demo, web, simulation, write_native_file(tmp_path / "two.json", title="Two", steps=2)
 
 

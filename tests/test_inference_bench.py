@@ -48,6 +48,12 @@ def test_tiny_preset_shape():
     preset = bench.PRESETS["tiny"]
     assert preset.new_tokens == (16, 256, 1024)
     assert preset.sides == ("naive", "batched", "engine")
+    assert preset.profile and preset.repeat >= 3 and preset.naive_repeat == 1
+    # --preset tiny also runs the longer shared prefix, on the same architecture
+    assert preset.follow == ("tiny-long",)
+    long = bench.PRESETS["tiny-long"]
+    assert long.prompt_tokens == 4096 and long.branches == preset.branches
+    assert bench.preset_config("tiny-long").to_dict() == bench.preset_config("tiny").to_dict()
     cfg = bench.preset_config("tiny")
     assert {"linear_attention", "full_attention"} == set(cfg.layer_types)
     model = bench.build_model("tiny", "meta")
@@ -286,6 +292,8 @@ def test_served_side_against_a_fake_server(capsys, keep_threads):
                 "3",
                 "--new-tokens",
                 "5",
+                "--repeat",
+                "1",
             ]
         )
     finally:
@@ -311,3 +319,106 @@ def test_served_side_against_a_fake_server(capsys, keep_threads):
     assert all(r["min_tokens"] == r["max_tokens"] and r["ignore_eos"] for r in posts)
     assert all(r["temperature"] == 0 for r in posts)
     assert bench.main(["--sides", "served", "--device", "cpu"]) == 2  # needs --url
+
+
+def test_new_options_parse():
+    args = bench.parse_args(["--naive-repeat", "2", "--repeat", "4", "--no-profile"])
+    assert (args.naive_repeat, args.repeat, args.profile) == (2, 4, False)
+    assert bench.parse_args(["--profile"]).profile is True
+    assert bench.parse_args([]).profile is None  # the preset's (on for tiny)
+    for bad in (["--repeat", "0"], ["--naive-repeat", "0"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+
+
+def _result(side: str, seconds: float) -> bench.SideResult:
+    return bench.SideResult(side, seconds, 1, 0, [[1]])
+
+
+def test_rounds_interleave_the_sides_and_short_cases_get_more():
+    order: list[str] = []
+
+    def runner(side):
+        def run():
+            order.append(side)
+            return _result(side, 1.0)
+
+        return run
+
+    runs = {s: runner(s) for s in ("naive", "batched", "engine")}
+    rounds = bench.measure_rounds(runs, "cpu", 3, {"naive": 1})
+    assert order == ["naive", "batched", "engine", "batched", "engine", "batched", "engine"]
+    assert [len(rounds[s]) for s in ("naive", "batched", "engine")] == [1, 3, 3]
+    order.clear()
+    # under a time budget no case can miss, the rounds go on to max_rounds
+    rounds = bench.measure_rounds(runs, "cpu", 2, {"naive": 1}, min_seconds=1e9, max_rounds=5)
+    assert [len(rounds[s]) for s in ("naive", "batched", "engine")] == [1, 5, 5]
+    assert order[:3] == ["naive", "batched", "engine"] and order[3:5] == ["batched", "engine"]
+
+
+def test_speedup_is_the_median_of_paired_rounds():
+    engine = [_result("engine", x) for x in (1.0, 2.0, 1.0)]
+    batched = [_result("batched", x) for x in (3.0, 2.0, 1.5)]  # ratios 3, 1, 1.5
+    ratio, text = bench.speedup(batched, engine)
+    assert ratio == 1.5
+    assert "median of 3 paired rounds: 1.00, 1.50, 3.00" in text
+    assert "best against best 1.50x" in text
+    ratio, text = bench.speedup([_result("naive", 6.0)], engine)  # one run: against the median
+    assert ratio == 6.0 and "its one run against the engine's median of 3" in text
+    best = bench.best_of(engine)
+    assert best.seconds == 1.0
+
+
+def test_tiny_runs_its_long_prefix_section_and_prints_the_profile(
+    capsys, keep_threads, monkeypatch
+):
+    """--preset tiny: its cases, then tiny-long's (P=4096 in the real preset, shrunk here),
+    each with the prefix saving per case and the decode-step profile at the largest T."""
+    import dataclasses
+
+    tiny = dataclasses.replace(
+        bench.PRESETS["tiny"], prompt_tokens=48, new_tokens=(3,), repeat=2, max_rounds=0
+    )
+    long = dataclasses.replace(
+        bench.PRESETS["tiny-long"], prompt_tokens=96, new_tokens=(4,), repeat=2, max_rounds=0
+    )
+    monkeypatch.setitem(bench.PRESETS, "tiny", tiny)
+    monkeypatch.setitem(bench.PRESETS, "tiny-long", long)
+    assert bench.main(["--preset", "tiny", "--device", "cpu", "--branches", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    headers = [line for line in out if line.startswith("[")]
+    assert headers == [
+        "[identical suffixes, T=3, P=48, N=2, suffix +0]",
+        "[differing suffixes, T=3, P=48, N=2, suffix +32]",
+        "[identical suffixes, T=4, P=96, N=2, suffix +0]",
+        "[differing suffixes, T=4, P=96, N=2, suffix +32]",
+    ]
+    assert any(line.startswith("preset tiny-long: P=96 N=2 T=4") for line in out)
+    saving = [line for line in out if line.startswith("prefix saving: ")]
+    assert len(saving) == 4
+    assert "prompt tokens run engine 96, naive 192, batched 192;" in saving[2]
+    assert "prefix KV 0.0 MiB held once (batched holds a copy per branch: 2 x" in saving[2]
+    profiles = [i for i, line in enumerate(out) if line.startswith("profile of the engine's")]
+    assert len(profiles) == 4  # at the largest T of each section, per mode
+    assert "(direct step;" in out[profiles[0]]
+    table = out[profiles[0] + 1 : profiles[0] + 12]
+    rows = [line for line in table if re.fullmatch(r"  .+ +\d+\.\d{3} ms/step +\d+\.\d%", line)]
+    names = {line.rsplit(None, 3)[0].strip() for line in rows}
+    assert {"full attention (prefix + suffix KV)", "linear attention (recurrent layers)"} <= names
+    assert {"sampler", "MoE routed experts", "norms"} <= names
+    assert any("for comparison, the model's forward as the step" in line for line in table)
+    # two paired rounds per case: each speedup says how it was formed
+    assert sum("median of 2 paired rounds" in line for line in out) == 4  # over batched
+    summary = out[out.index(next(x for x in out if x.startswith("summary (tiny"))) :]
+    assert "  P=48:" in summary and "  P=96:" in summary
+    assert [other for _, other in _speedups(out)] == ["naive", "batched"] * 4
+    assert "greedy outputs equal naive's: batched yes, engine yes" in out[-2]
+
+
+def test_no_profile_and_an_explicit_prompt_length_run_one_section(capsys, keep_threads):
+    argv = ["--device", "cpu", "--prompt-tokens", "32", "--branches", "2", "--new-tokens", "3"]
+    assert bench.main([*argv, "--no-profile", "--repeat", "1", "--suffix", "identical"]) == 0
+    out = capsys.readouterr().out
+    assert "profile of the engine's" not in out
+    assert "preset tiny-long" not in out and "P=4096" not in out
+    assert "timing: each case runs its sides in turn, 1 round, naive in the first 1" in out

@@ -3,6 +3,8 @@ random qwen3_5_moe model (built once per session)."""
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
@@ -265,6 +267,124 @@ def test_a_branch_sample_does_not_depend_on_n_order_or_cancelled_siblings(loaded
     # differing prompts: a branch's text is the same alone or with others
     other = ids + encode(tok, " $ cd /tmp")
     assert run(2, prompts=[ids, other])[1] == run(2, seed=7, prompts=[other, other])[1]
+
+
+def test_the_direct_step_is_the_cpu_default_and_equals_the_model_forward(loaded):
+    """On a CPU the decode step is the engine's own (the decoder layers' arithmetic); the
+    model's forward as the step gives the same greedy tokens, which equal `generate`'s, with
+    differing suffix lengths, an eos stop and a callback cancel; and the same seeded samples."""
+    model, tok = loaded
+    base = encode(tok, BASE)
+    branches = [
+        base + encode(tok, " $ cd /var/log"),
+        base + encode(tok, " $ cat app.log | head -n 2 and more words"),
+        base,
+    ]
+    free = [reference(model, b, T, None) for b in branches]
+    stop = next(t for t in free[0][2:] if t not in free[1])  # ends branch 0 early only
+    results = {}
+    for direct in (None, False):
+        engine = BranchingEngine(model, eos_token_ids=[stop], direct_step=direct)
+        results[direct] = engine.generate(
+            branches, max_new_tokens=T, on_tokens=lambda b, new: b == 2 and len(new) > 0
+        )
+    fast, slow = results[None], results[False]
+    assert (fast.decode_path, slow.decode_path) == ("direct step", "model forward")
+    assert [b.tokens for b in fast.branches] == [b.tokens for b in slow.branches]
+    assert fast.branches[0].tokens == free[0][: free[0].index(stop)]
+    assert fast.branches[0].finish_reason == "stop"
+    assert fast.branches[1].tokens == free[1] and fast.branches[1].finish_reason == "length"
+    assert fast.branches[2].tokens == free[2][:1] and fast.branches[2].finish_reason == "cancelled"
+
+    def sample(direct):
+        out = BranchingEngine(model, direct_step=direct).generate(
+            branches, max_new_tokens=12, temperature=0.9, top_p=0.9, seed=5
+        )
+        return [b.tokens for b in out.branches]
+
+    assert sample(True) == sample(False)
+
+
+def test_the_direct_step_with_the_models_experts_module(loaded, monkeypatch):
+    """With many experts the direct step hands the expert products to the model's experts
+    module (its configured implementation) instead of running every expert densely."""
+    from inference import engine as engine_mod
+
+    model, tok = loaded
+    monkeypatch.setattr(engine_mod, "DENSE_EXPERTS_FACTOR", 0)
+    monkeypatch.setattr(engine_mod, "_DIRECT_CACHE", weakref.WeakKeyDictionary())
+    weights = engine_mod._direct_weights(model)
+    assert not any(layer.dense_experts for layer in weights.layers)
+    base = encode(tok, BASE)
+    branches = [base + encode(tok, " $ cd /var/log"), base + encode(tok, " $ rm -rf tmp")]
+    result = BranchingEngine(model, eos_token_ids=[]).generate(branches, max_new_tokens=T)
+    assert result.decode_path == "direct step"
+    for branch, out in zip(branches, result.branches, strict=True):
+        assert out.tokens == reference(model, branch, T, None)
+
+
+def test_the_direct_step_follows_weights_written_in_place(loaded):
+    """Its concatenated weights are copies: after load_state_dict (in place) it must read the
+    new weights, as the model's forward does."""
+    import copy
+
+    model, tok = loaded
+    clone = copy.deepcopy(model)
+    ids = encode(tok, BASE)
+    before = BranchingEngine(clone, eos_token_ids=[]).generate([ids], max_new_tokens=T)
+    torch.manual_seed(3)
+    state = {k: v + 0.05 * torch.randn_like(v) for k, v in clone.state_dict().items()}
+    clone.load_state_dict(state)
+    runs = [
+        BranchingEngine(clone, eos_token_ids=[], direct_step=d).generate([ids], max_new_tokens=T)
+        for d in (True, False)
+    ]
+    assert runs[0].branches[0].tokens == runs[1].branches[0].tokens
+    assert runs[0].branches[0].tokens != before.branches[0].tokens
+
+
+def test_the_direct_step_is_not_the_default_in_bf16(loaded):
+    """In bf16 its rounding differs from the model's forward enough to change greedy tokens
+    after a few dozen, so a bf16 model decodes with the forward unless asked; asked, the
+    direct step runs (its bf16 casts) and starts with the forward's tokens."""
+    import copy
+
+    model, tok = loaded
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    ids = encode(tok, BASE)
+    default = BranchingEngine(half, eos_token_ids=[]).generate([ids] * 2, max_new_tokens=4)
+    assert default.decode_path == "model forward"
+    asked = BranchingEngine(half, eos_token_ids=[], direct_step=True).generate(
+        [ids] * 2, max_new_tokens=4
+    )
+    assert asked.decode_path == "direct step"
+    assert asked.branches[0].tokens[:2] == default.branches[0].tokens[:2]
+
+
+def test_a_step_profile_names_where_the_decode_time_goes(loaded):
+    from inference.engine import StepProfile
+
+    model, tok = loaded
+    ids = encode(tok, BASE)
+    for direct, expected in (
+        (True, {"full attention (prefix + suffix KV)", "linear attention (recurrent layers)"}),
+        (False, {"model forward (all layers)"}),
+    ):
+        profile = StepProfile("cpu")
+        result = BranchingEngine(model, eos_token_ids=[], direct_step=direct).generate(
+            [ids] * 2, max_new_tokens=8, profile=profile
+        )
+        # the first token comes from the prefill's logits: 7 decode steps for 8 tokens
+        assert profile.steps == result.decode_steps - 1 == 7
+        assert expected | {"sampler"} <= set(profile.seconds)
+        rows = profile.rows()
+        assert abs(sum(share for _, _, share in rows) - 1.0) < 1e-9
+        assert [ms for _, ms, _ in rows] == sorted((ms for _, ms, _ in rows), reverse=True)
+        # a profiled run decodes the same tokens
+        plain = BranchingEngine(model, eos_token_ids=[], direct_step=direct).generate(
+            [ids] * 2, max_new_tokens=8
+        )
+        assert [b.tokens for b in plain.branches] == [b.tokens for b in result.branches]
 
 
 def test_engine_rejects_bad_input(loaded):

@@ -163,6 +163,8 @@ def expected_embedded(label: str, attname: str, row: dict, ids) -> object:
         head, rest = value.split(":", 1)
         mapped = new("studio.trajectory", int(head))
         return f"{mapped}:{rest}" if mapped is not None else f"deleted-{head}:{rest}"
+    if label == "studio.finetunerun" and attname.endswith("_trajectory_ids"):
+        return [new("studio.trajectory", t) for t in value]
     raise AssertionError(f"no expectation for {label}.{attname}")
 
 
@@ -174,6 +176,8 @@ EMBEDDED_FIELDS = {
     ("studio.evaluationsample", "key"),
     ("studio.campaign", "world_label"),
     ("studio.campaign", "tasks"),
+    ("studio.finetunerun", "heldout_trajectory_ids"),
+    ("studio.finetunerun", "train_trajectory_ids"),
 }
 
 
@@ -224,7 +228,7 @@ def test_every_studio_model_is_archived_and_the_source_has_each(source):
     counts = {entry["model"]: entry["count"] for entry in header["models"]}
     assert set(counts) == {plan.label for plan in plans()}
     assert all(counts.values()), [label for label, n in counts.items() if not n]
-    assert header["migrations"][-1].startswith("0020_")
+    assert header["migrations"][-1].startswith("0021_")
     out = StringIO()
     call_command("project_archive", "show", str(source["archive"]), stdout=out)
     assert out.getvalue().startswith(f"project {NAME!r} (id ") and "studio.step:" in out.getvalue()

@@ -105,13 +105,17 @@ def play_in_process(world: dict, task_id: str, seed: int) -> list[tuple[dict | s
 # ---- the server ---------------------------------------------------------------------------
 
 
-def test_the_server_lists_and_answers_both_roles_and_says_they_are_scripted():
+def test_the_server_lists_and_answers_its_roles_and_says_they_are_scripted():
     spec = parse_world(CALENDAR_WORLD)
     task = spec.task("count-thursday")
     with S.running() as url:
         with urllib.request.urlopen(f"{url}/models", timeout=10) as response:
             listed = json.loads(response.read())
-        assert [m["id"] for m in listed["data"]] == ["scripted-agent", "scripted-world"]
+        assert [m["id"] for m in listed["data"]] == [
+            "scripted-agent",
+            "scripted-world",
+            "scripted-judge",
+        ]
         assert all("not a model" in m["owned_by"] for m in listed["data"])
         status, agent = post(f"{url}/chat/completions", {
             "model": "scripted-agent", "seed": 7, "tools": openai_tools(spec),
@@ -249,8 +253,11 @@ def test_load_demo_adds_the_scripted_endpoints_once_and_episodes_take_the_script
         e.name: e
         for e in ModelEndpoint.objects.filter(project=project, name__startswith="Scripted")
     }
-    assert set(scripted) == {"Scripted demo agent", "Scripted demo world"}
+    assert set(scripted) == {"Scripted demo agent", "Scripted demo world", "Scripted demo judge"}
     agent, world = scripted["Scripted demo agent"], scripted["Scripted demo world"]
+    judge = scripted["Scripted demo judge"]
+    assert (judge.role, judge.kind, judge.model) == ("judge", "openai", "scripted-judge")
+    assert judge.is_default  # the only judge: evaluations of the demo can run at once
     assert (agent.role, agent.kind, agent.model, agent.base_url) == (
         "agent",
         "openai",
@@ -273,7 +280,7 @@ def test_load_demo_adds_the_scripted_endpoints_once_and_episodes_take_the_script
     monkeypatch.setenv("STUDIO_DEMO_MODELS_URL", "http://127.0.0.1:8300/v1")
     call_command("load_demo", stdout=StringIO())
     rows = ModelEndpoint.objects.filter(project=project, name__startswith="Scripted")
-    assert rows.count() == 2 and {e.base_url for e in rows} == {"http://127.0.0.1:8300/v1"}
+    assert rows.count() == 3 and {e.base_url for e in rows} == {"http://127.0.0.1:8300/v1"}
 
 
 @pytest.mark.django_db
@@ -363,3 +370,45 @@ def test_a_prompted_perturbation_fails_the_call_and_a_failed_call_changes_nothin
                            "messages": agent_chat(task.instruction, history, tools=True)})  # fmt: skip
     call = answer["choices"][0]["message"]["tool_calls"][0]["function"]
     assert call["name"] == "list_events"
+
+
+def _judge_row(prediction: str, **extra) -> dict:
+    return {
+        "prompt": ["$ ls /srv", "$ cat /srv/notes.txt"],
+        "response": ["notes.txt\nbackup.sh", "remember the backup at 02:00\n## not a heading"],
+        "turn_idx": 2,
+        "predicted_observation": prediction,
+        "gen": prediction,
+        **extra,
+    }
+
+
+def test_the_scripted_judge_scores_a_faithful_prediction_above_an_unrelated_one():
+    from inference.judge import DIMENSIONS, build_judge_messages, parse_judgement
+    from studio.demo_data.scripted_judge import judge_answer
+
+    def total(prediction: str, **extra) -> dict:
+        answer = judge_answer(build_judge_messages(_judge_row(prediction, **extra)))
+        assert "not a model" in answer
+        dims = ("consistency", "realism") if extra.get("no_reference") else DIMENSIONS
+        return parse_judgement(answer, dims).scores
+
+    same = total("remember the backup at 02:00\n## not a heading")
+    other = total('{"error": "permission denied"}')
+    assert same["factuality"] == 5 and same["format"] == 5  # the heading inside is not cut
+    assert other["factuality"] < same["factuality"] and other["format"] < same["format"]
+    assert sum(other.values()) < sum(same.values())
+    # without a reference: only the two dimensions that need none
+    assert set(total("notes.txt", no_reference=True)) == {"consistency", "realism"}
+    assert total("", no_reference=False)["format"] == 1  # no output
+
+
+def test_the_scripted_judge_prefers_the_prediction_closer_to_the_reference_in_pairs():
+    from inference.judge import build_pairwise_messages, parse_pair_verdict
+    from studio.demo_data.scripted_judge import judge_answer
+
+    row = _judge_row("")
+    close, far = "remember the backup at 02:00", "kernel panic"
+    assert parse_pair_verdict(judge_answer(build_pairwise_messages(row, close, far))).winner == "A"
+    assert parse_pair_verdict(judge_answer(build_pairwise_messages(row, far, close))).winner == "B"
+    assert parse_pair_verdict(judge_answer(build_pairwise_messages(row, far, far))).winner == "tie"

@@ -2,15 +2,19 @@
 
 The model (a local path or a hub id) is loaded ONCE per worker process and kept in a
 module-level cache keyed by path and device: bf16 with `device_map="auto"` on a GPU, float32 on
-CPU. Prompts go through the tokenizer's chat template; the engine computes the shared prefix of
-the N branches once and decodes them together. torch/transformers are imported lazily."""
+CPU. A PEFT (LoRA) adapter folder, such as `inference.finetune` writes, loads as its base with
+the adapter merged in (a plain transformers model again). Prompts go through the tokenizer's
+chat template; the engine computes the shared prefix of the N branches once and decodes them
+together. torch/transformers are imported lazily."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from inference.backends.errors import BackendError
@@ -22,6 +26,10 @@ from inference.types import (
     StreamCallback,
     StreamEvent,
 )
+
+# A PEFT adapter folder holds this file; a tokenizer folder one of these.
+ADAPTER_CONFIG = "adapter_config.json"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 # How often a decoding branch reports its text (seconds); the first token always reports.
 STREAM_INTERVAL_S = 0.2
@@ -43,11 +51,81 @@ _CACHE_LOCK = threading.Lock()
 _GENERATE_LOCK = threading.Lock()
 
 
+def adapter_base(path: str) -> str | None:
+    """The base model a PEFT adapter folder names (its adapter_config.json's
+    base_model_name_or_path), or None when `path` is not an adapter folder."""
+    config = Path(path) / ADAPTER_CONFIG
+    if not config.is_file():
+        return None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise BackendError(
+            f"the adapter folder {path!r} has an unreadable {ADAPTER_CONFIG}: {e}"
+        ) from e
+    base = data.get("base_model_name_or_path") if isinstance(data, dict) else None
+    if not isinstance(base, str) or not base:
+        raise BackendError(
+            f"the adapter folder {path!r} names no base model (base_model_name_or_path)"
+        )
+    return base
+
+
+def _has_tokenizer(path: str) -> bool:
+    folder = Path(path)
+    return folder.is_dir() and any((folder / name).is_file() for name in _TOKENIZER_FILES)
+
+
+def _from_pretrained(path: str, device: str) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if device.startswith("cuda"):
+        try:
+            return AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch.bfloat16, device_map="auto"
+            )
+        except ImportError:  # device_map without accelerate: one GPU
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
+            model.to(device)  # type: ignore[arg-type]  # transformers wraps .to
+            return model
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.to(device)  # type: ignore[arg-type]  # transformers wraps .to
+    return model
+
+
+def _with_adapter(path: str, base: str, device: str) -> Any:
+    """The base with the adapter at `path` merged in: a plain transformers model (the
+    engine needs the model's own config and attention, not PEFT's wrappers)."""
+    try:
+        from peft import PeftModel
+    except ImportError as e:
+        raise BackendError(
+            f"{path!r} is a LoRA adapter folder: loading it needs peft (the 'model' extra)"
+        ) from e
+    if Path(base).expanduser().is_absolute() or base.startswith("."):
+        base = str(Path(base).expanduser())
+        if not Path(base).is_dir():
+            raise BackendError(f"the base model {base!r} of the adapter folder {path!r} is missing")
+    try:
+        model = _from_pretrained(base, device)
+    except (OSError, ValueError) as e:
+        raise BackendError(
+            f"cannot load the base model {base!r} of the adapter folder {path!r}: {e}"
+        ) from e
+    try:
+        return PeftModel.from_pretrained(model, path).merge_and_unload()
+    except Exception as e:  # noqa: BLE001 - safetensors, PEFT and torch each raise their own
+        raise BackendError(f"cannot apply the adapter folder {path!r} to {base!r}: {e}") from e
+
+
 def load_model(path: str, device: str | None = None) -> LoadedModel:
-    """Load (once per process) the model and tokenizer at `path`."""
+    """Load (once per process) the model and tokenizer at `path`: a model folder or hub id, or
+    a PEFT adapter folder (adapter_config.json), merged into the base it names. An adapter's
+    tokenizer is its own folder's when it has one, else the base's."""
     try:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
     except ImportError as e:  # the web image has no gpu extra
         raise BackendError(
             "the hf backend needs torch and transformers (install the 'gpu' extra)"
@@ -55,24 +133,22 @@ def load_model(path: str, device: str | None = None) -> LoadedModel:
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    # The key is the folder given: an adapter folder is its own entry, apart from its base.
     key = (str(path), device)
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
         start = time.perf_counter()
+        base = adapter_base(path)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            if device.startswith("cuda"):
-                try:
-                    model = AutoModelForCausalLM.from_pretrained(
-                        path, dtype=torch.bfloat16, device_map="auto"
-                    )
-                except ImportError:  # device_map without accelerate: one GPU
-                    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
-                    model.to(device)  # type: ignore[arg-type]  # transformers wraps .to
+            if base is None:
+                tokenizer = AutoTokenizer.from_pretrained(path)
+                model = _from_pretrained(path, device)
             else:
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-                model.to(device)  # type: ignore[arg-type]  # transformers wraps .to
+                model = _with_adapter(path, base, device)
+                tokenizer = AutoTokenizer.from_pretrained(
+                    path if _has_tokenizer(path) else str(Path(base).expanduser())
+                )
         except (OSError, ValueError) as e:
             raise BackendError(f"cannot load model {path!r}: {e}") from e
         model.eval()

@@ -133,6 +133,15 @@ def sample_key(value: Any, lookup: Lookup) -> Any:
     return f"{new}:{rest}" if new is not None else f"deleted-{head}:{rest}"
 
 
+def trajectory_ids(value: Any, lookup: Lookup) -> Any:
+    """[trajectory id, ...] (a fine-tune's split); a trajectory no longer there is left out,
+    as a deleted row leaves a many-to-many relation."""
+    if not isinstance(value, list):
+        return value
+    out = [_id(lookup, "studio.trajectory", v) for v in value]
+    return [v for v in out if v is not None]
+
+
 EMBEDDED: dict[tuple[str, str], Embedded] = {
     ("studio.branch", "lineage"): Embedded(("studio.branch",), branch_lineage),
     ("studio.trajectory", "metadata"): Embedded(
@@ -157,4 +166,10 @@ EMBEDDED: dict[tuple[str, str], Embedded] = {
     ("studio.campaign", "world_label"): Embedded(("studio.world",), _world_label),
     ("studio.campaign", "tasks"): Embedded(("studio.trajectory",), campaign_tasks),
     ("studio.evaluationsample", "key"): Embedded(("studio.trajectory",), sample_key),
+    ("studio.finetunerun", "heldout_trajectory_ids"): Embedded(
+        ("studio.trajectory",), trajectory_ids
+    ),
+    ("studio.finetunerun", "train_trajectory_ids"): Embedded(
+        ("studio.trajectory",), trajectory_ids
+    ),
 }

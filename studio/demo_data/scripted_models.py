@@ -23,6 +23,9 @@ studio's endpoints that use them ("Scripted demo agent", "Scripted demo world").
   it answers a plausible, generic observation from the world's facts. A prompted
   perturbation (the turn's simulation note) makes the call fail.
 
+- `scripted-judge` answers the studio's judge prompts with scores that measure the text's
+  overlap with the reference and the history (`studio.demo_data.scripted_judge`).
+
 usage counts words as tokens. Code of its own (the tests' fake server is not imported)."""
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ from datetime import date, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from studio.demo_data.scripted_judge import JUDGE_MODEL, judge_answer
+
 AGENT_MODEL = "scripted-agent"
 WORLD_MODEL = "scripted-world"
-MODELS = (AGENT_MODEL, WORLD_MODEL)
+MODELS = (AGENT_MODEL, WORLD_MODEL, JUDGE_MODEL)
 OWNER = "agentworld-studio: scripted demo stand-in, not a model"
 FINGERPRINT = "scripted-demo-not-a-model"
 DEFAULT_PORT = 8099
@@ -1304,7 +1309,7 @@ def completion(body: dict[str, Any]) -> dict[str, Any]:
         raise ChatError(
             404,
             f"The model {model!r} does not exist here: this scripted demo server answers "
-            f"{AGENT_MODEL!r} and {WORLD_MODEL!r} (stand-ins, not models)",
+            f"{AGENT_MODEL!r}, {WORLD_MODEL!r} and {JUDGE_MODEL!r} (stand-ins, not models)",
         )
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -1318,6 +1323,8 @@ def completion(body: dict[str, Any]) -> dict[str, Any]:
         choice_seed = seed if i == 0 else f"{seed}:{i}"
         if model == AGENT_MODEL:
             message, finish = agent_message(body, choice_seed)
+        elif model == JUDGE_MODEL:
+            message, finish = {"role": "assistant", "content": judge_answer(messages)}, "stop"
         else:
             message, finish = (
                 {"role": "assistant", "content": world_answer(messages, choice_seed)},

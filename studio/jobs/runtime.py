@@ -42,6 +42,7 @@ from studio.models import (
     Campaign,
     EvaluationRun,
     ExportJob,
+    FineTuneRun,
     ImportJob,
     JobStatus,
     JudgeJob,
@@ -57,6 +58,7 @@ JobModel = (
     | type[ExportJob]
     | type[ArenaRun]
     | type[Campaign]
+    | type[FineTuneRun]
 )
 
 
@@ -70,6 +72,7 @@ def cancellable(model: JobModel) -> bool:
         ImportJob,
         ArenaRun,
         Campaign,
+        FineTuneRun,
     )
 
 
@@ -213,6 +216,8 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
         )
     if model is Campaign:  # its button is Resume, and it keeps the episodes that ended
         message = message.replace("use Retry.", "use Resume (its ended episodes are kept).")
+    if model is FineTuneRun:  # its button is Resume, from its last checkpoint
+        message = message.replace("use Retry.", "use Resume (it goes on from its last checkpoint).")
     if model is ExportJob:  # no file was kept: a new export is the way on
         message = message.replace("use Retry.", "export the version again (no file was kept).")
     if reached_hard_limit(row):

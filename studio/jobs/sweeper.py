@@ -45,6 +45,7 @@ from studio.models import (
     Campaign,
     EvaluationRun,
     ExportJob,
+    FineTuneRun,
     ImportJob,
     JobStatus,
     JudgeJob,
@@ -65,6 +66,7 @@ JOB_MODELS: tuple[JobModel, ...] = (
     ExportJob,
     ArenaRun,
     Campaign,
+    FineTuneRun,
 )
 
 

@@ -12,6 +12,7 @@ from studio.models.campaigns import Campaign, CampaignEpisode, CampaignSource, S
 from studio.models.datasets import Dataset, DatasetItem, DatasetVersion, ExportJob
 from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
 from studio.models.evaluations import EvaluationRun, EvaluationSample, SampleStage
+from studio.models.finetunes import FineTuneMethod, FineTuneRun
 from studio.models.jobs import ImportJob, JobStatus, SimulationJob
 from studio.models.judging import JudgeJob, JudgeTarget, StepJudgement
 from studio.models.perturbations import Perturbation
@@ -56,6 +57,8 @@ __all__ = [
     "EvaluationRun",
     "EvaluationSample",
     "ExportJob",
+    "FineTuneMethod",
+    "FineTuneRun",
     "ImportJob",
     "JobStatus",
     "JudgeJob",

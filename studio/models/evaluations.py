@@ -34,7 +34,13 @@ class EvaluationRun(JobBase):
     judge_base_url = models.CharField(max_length=500)
     # temperature, max_tokens, top_p (world model); judge_temperature, judge_max_tokens
     params = models.JSONField(default=dict, blank=True)
-    source = models.CharField(max_length=20, default="recorded")  # recorded | benchmark
+    source = models.CharField(max_length=20, default="recorded")  # recorded | benchmark | heldout
+    # A run made from a fine-tune's "Evaluate" (base or fine-tuned model): the leaderboard
+    # sets such runs side by side; source "heldout" reads only that fine-tune's held-out
+    # trajectories.
+    finetune = models.ForeignKey(
+        "studio.FineTuneRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     domains = models.JSONField(default=list, blank=True)  # empty: every domain
     limit_per_domain = models.PositiveIntegerField(default=50)
     # the sample set is fixed by the source (and files picked), the domains, the limit and

@@ -15,8 +15,8 @@ from typing import Any
 from inference.judge import DIMENSIONS
 from studio.models import DOMAINS, EvaluationRun
 from studio.services.evaluations import (
+    ALL_SOURCES,
     LEADER_COLUMNS,
-    SOURCES,
     LeaderGroup,
     LeaderRow,
     is_full_benchmark,
@@ -59,8 +59,12 @@ def sample_set_settings(run: EvaluationRun) -> str:
     files = (run.params or {}).get("files") or []
     if run.source == "benchmark":
         source = "AgentWorldBench files " + (", ".join(files) if files else "(all imported)")
+    elif run.source == "heldout":
+        source = f"the held-out trajectories of fine-tune {run.finetune_id}"
     else:
         source = "recorded trajectories"
+    if run.finetune_id is not None:
+        source += " (the fine-tune's training trajectories left out)"
     domains = ", ".join(run.domains) if run.domains else "every domain"
     return f"seed {run.sample_seed}, at most {run.limit_per_domain} per domain, {source}, {domains}"
 
@@ -71,7 +75,7 @@ def sample_set_view(run: EvaluationRun) -> dict[str, Any]:
     return {
         "seed": run.sample_seed,
         "limit": run.limit_per_domain,
-        "source": SOURCES.get(run.source, run.source),
+        "source": ALL_SOURCES.get(run.source, run.source),
         "files": files,
         "domains": list(run.domains) or ["every domain"],
         "digest": run.sample_set,

@@ -22,6 +22,7 @@ from studio.models import (
     DOMAINS,
     EvaluationRun,
     EvaluationSample,
+    FineTuneRun,
     JobStatus,
     ModelEndpoint,
     Project,
@@ -38,6 +39,10 @@ SOURCES = {
     "recorded": "Every recorded trajectory of the project",
     "benchmark": "Only trajectories imported from AgentWorldBench files",
 }
+# Made only from a fine-tune's "Evaluate" (not offered by the general form): its held-out
+# trajectories, which no training item comes from.
+HELDOUT = "heldout"
+ALL_SOURCES = {**SOURCES, HELDOUT: "The held-out trajectories of a fine-tune (never trained on)"}
 MAX_SAMPLES_PER_DOMAIN = 5000
 
 
@@ -60,6 +65,11 @@ class EvaluationData:
     judge_temperature: float = 0.6
     judge_max_tokens: int = 32768
     concurrency: int = 8
+    # a run of a fine-tune's "Evaluate": the fine-tune (its held-out split is the "heldout"
+    # source; the trajectories it trained on are left out of every source) and which
+    # comparison it is part of ({"batch": ..., "side": "base" | "tuned"})
+    finetune: FineTuneRun | None = None
+    comparison: dict[str, str] = field(default_factory=dict)
 
 
 def start_evaluation(project: Project, user, data: EvaluationData) -> EvaluationRun:
@@ -89,8 +99,10 @@ def _create_run(project: Project, user, data: EvaluationData) -> EvaluationRun:
             "judge_temperature": data.judge_temperature,
             "judge_max_tokens": data.judge_max_tokens,
             **({"files": list(data.files)} if data.files else {}),
+            **({"comparison": dict(data.comparison)} if data.comparison else {}),
         },
         source=data.source,
+        finetune=data.finetune,
         domains=list(data.domains),
         limit_per_domain=data.limit_per_domain,
         sample_seed=data.sample_seed,
@@ -153,8 +165,17 @@ class Candidate:
 
 def candidate_steps(run: EvaluationRun) -> list[Candidate]:
     """The recorded steps a run may sample: on each trajectory's recorded branch, with a
-    recorded observation; by domain, then identity."""
+    recorded observation; by domain, then identity. A run of a fine-tune never samples a
+    trajectory the fine-tune trained on; its "heldout" source reads only the held-out split
+    (nothing, once the fine-tune is gone)."""
     trajectories = Trajectory.objects.filter(project_id=run.project_id)
+    finetune = run.finetune if run.finetune_id is not None else None
+    if run.source == HELDOUT:
+        trajectories = trajectories.filter(
+            pk__in=list(finetune.heldout_trajectory_ids) if finetune is not None else []
+        )
+    if finetune is not None and finetune.train_trajectory_ids:
+        trajectories = trajectories.exclude(pk__in=list(finetune.train_trajectory_ids))
     if run.source == "benchmark":
         trajectories = trajectories.filter(source_format="agentworldbench")
         files = (run.params or {}).get("files")
@@ -389,7 +410,20 @@ def is_full_benchmark(run: EvaluationRun) -> bool:
         return False
     if set(pool) != set(DOMAINS):
         return False
+    if run.finetune_id is not None and trained_on_benchmark(run):
+        return False  # its training trajectories were left out of the benchmark
     return all(count <= run.limit_per_domain for count in pool.values())
+
+
+def trained_on_benchmark(run: EvaluationRun) -> bool:
+    """Whether the fine-tune of the run trained on trajectories imported from AgentWorldBench
+    files (which its runs then leave out)."""
+    finetune = run.finetune
+    if finetune is None or not finetune.train_trajectory_ids:
+        return False
+    return Trajectory.objects.filter(
+        pk__in=list(finetune.train_trajectory_ids), source_format="agentworldbench"
+    ).exists()
 
 
 def _rank(row: LeaderRow) -> tuple[float, float]:
@@ -409,7 +443,7 @@ def leaderboard(project: Project) -> list[LeaderGroup]:
     groups: dict[str, LeaderGroup] = {}
     runs = (
         EvaluationRun.objects.filter(project=project, status=JobStatus.SUCCEEDED)
-        .select_related("world_endpoint")
+        .select_related("world_endpoint", "finetune")
         .order_by("-created_at", "-pk")
     )
     for run in runs:

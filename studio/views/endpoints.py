@@ -23,12 +23,15 @@ from studio.forms.endpoints import EndpointForm
 from studio.http import HtmxHttpRequest
 from studio.models import EndpointRole, ModelEndpoint
 from studio.services import endpoints as service
+from studio.services.finetunes import runs_by_endpoint
 from studio.tasks import enqueue_endpoint_probe
 
 
 def _groups(project) -> list[tuple[str, str, list[ModelEndpoint]]]:
     by_role: dict[str, list[ModelEndpoint]] = {r.value: [] for r in EndpointRole}
+    trained = runs_by_endpoint(project)  # a fine-tuned model's lineage: the run that made it
     for endpoint in project.endpoints.order_by("-is_default", "name"):
+        endpoint.finetune = trained.get(endpoint.pk)  # type: ignore[attr-defined]
         by_role[endpoint.role].append(endpoint)
     return [(role.value, role.label, by_role[role.value]) for role in EndpointRole]
 
@@ -116,6 +119,7 @@ def endpoint_make_default(request: HtmxHttpRequest, endpoint_id: int) -> HttpRes
 
 
 def _row(request: HtmxHttpRequest, endpoint: ModelEndpoint, membership) -> HttpResponse:
+    endpoint.finetune = runs_by_endpoint(endpoint.project).get(endpoint.pk)  # type: ignore[attr-defined]
     return render(
         request,
         "endpoints/list.html#endpoint-row",

@@ -130,6 +130,17 @@ def evaluation_resume(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
     return redirect("evaluation_run", run_id=run.pk)
 
 
+def _finetune_entries(project) -> list[dict]:
+    """The leaderboard's "Fine-tuned vs base" section: each fine-tune with its page."""
+    from studio.services.finetune_evaluations import leaderboard_entries
+    from studio.views.finetune_evaluations import finetune_page_url
+
+    return [
+        {"entry": entry, "url": finetune_page_url(entry.finetune)}
+        for entry in leaderboard_entries(project)
+    ]
+
+
 def leaderboard(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id)
     groups = service.leaderboard(project)
@@ -155,6 +166,7 @@ def leaderboard(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
             "figure": board.figure(groups),
             "dimension_figure": board.dimension_figure(groups),
             "measured": bool(board.measured_rows(groups)),
+            "finetune_entries": _finetune_entries(project),
         },
     )
 

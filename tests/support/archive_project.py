@@ -49,6 +49,7 @@ def build(name: str) -> None:
         EvaluationRun,
         EvaluationSample,
         ExportJob,
+        FineTuneRun,
         ImportJob,
         JudgeJob,
         Membership,
@@ -266,6 +267,21 @@ def build(name: str) -> None:
     meta["campaign"] = {"id": campaign.pk, "name": "rollouts", "slot": slot.pk, "arm": 1}
     Trajectory.objects.filter(pk=episode.pk).update(metadata=meta)
     JudgeJob.objects.filter(pk=judge_job.pk).update(campaign=campaign)
+
+    # a fine-tune of the dataset version that registered a model; its split names
+    # trajectories (ids kept in JSON: rewritten like foreign keys)
+    tuned = ModelEndpoint.objects.create(
+        project=project, name="tuned", role="world", kind="hf", model="/models/tuned/adapter"
+    )
+    FineTuneRun.objects.create(
+        project=project, requester=admin, name="tune", dataset_version=version,
+        dataset_name="train", version_number=version.number, base_model="/models/base",
+        base_endpoint=served, settings={"lora_rank": 8}, code_version="0.1.0",
+        heldout_trajectory_ids=[episode.pk], train_trajectory_ids=[trajectory.pk],
+        output_dir="/models/tuned", result_dir="/models/tuned/adapter", status="succeeded",
+        phase="done", progress=1.0, step=3, total_steps=3, loss_history=[[1, 2.0, 1e-4]],
+        first_loss=2.0, final_loss=1.0, endpoint=tuned,
+    )  # fmt: skip
 
     failed = do_start_import_job(
         project=project, user=admin, uploaded=SimpleUploadedFile("kept.json", b'{"x": 1}')

@@ -1,0 +1,62 @@
+"""The fine-tune page's "Evaluate" form: a judge, the samples per domain, the seed and the
+comparisons; `data_object()` is the validated
+`studio.services.finetune_evaluations.FineTuneEvaluationData`."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django import forms
+
+from studio.models import DOMAINS, FineTuneRun, ModelEndpoint, Project
+from studio.services.evaluations import MAX_SAMPLES_PER_DOMAIN
+from studio.services.finetune_evaluations import FineTuneEvaluationData, judges, offered
+
+
+class FineTuneEvaluationForm(forms.Form):
+    judge = forms.ModelChoiceField(
+        queryset=ModelEndpoint.objects.none(), label="Judge model", empty_label=None
+    )
+    sources = forms.MultipleChoiceField(
+        choices=[],
+        widget=forms.CheckboxSelectMultiple,
+        label="Compare on",
+        help_text="Each comparison runs the base and the fine-tuned model on the same samples",
+    )
+    domains = forms.MultipleChoiceField(
+        choices=[(d, d) for d in DOMAINS],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every domain",
+    )
+    limit_per_domain = forms.IntegerField(
+        min_value=1, max_value=MAX_SAMPLES_PER_DOMAIN, initial=50, label="Samples per domain"
+    )
+    sample_seed = forms.IntegerField(
+        min_value=0,
+        max_value=2**63 - 1,
+        initial=0,
+        required=False,
+        label="Sampling seed",
+        help_text="Both models are scored on the samples this seed draws (blank: 0)",
+    )
+
+    def __init__(self, *args: Any, project: Project, finetune: FineTuneRun | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.project = project
+        judge_field = cast(forms.ModelChoiceField, self.fields["judge"])
+        judge_field.queryset = judges(project)
+        sources_field = cast(forms.MultipleChoiceField, self.fields["sources"])
+        choices = offered(finetune, project)
+        sources_field.choices = list(choices.items())
+        sources_field.initial = list(choices)
+
+    def data_object(self) -> FineTuneEvaluationData:
+        c = self.cleaned_data
+        return FineTuneEvaluationData(
+            judge=c["judge"],
+            sources=list(c["sources"]),
+            limit_per_domain=c["limit_per_domain"],
+            sample_seed=c["sample_seed"] if c["sample_seed"] is not None else 0,
+            domains=list(c["domains"]),
+        )
