@@ -800,7 +800,7 @@ def _main(argv: list[str] | None) -> int:
     repeat = args.repeat or preset.repeat
     cfg = preset_config(args.preset)
 
-    def plan_lines(dtype_bytes: int) -> list[str]:
+    def plan_lines(dtype_bytes: int, device: str | None = None) -> list[str]:
         plan = memory_plan(
             cfg,
             p,
@@ -810,7 +810,7 @@ def _main(argv: list[str] | None) -> int:
             suffix_tokens=suffix_tokens[1] if "differing" in modes else 0,
             gpu_bytes=args.gpu_gb * 1e9,
         )
-        return format_plan(plan, cfg)
+        return format_plan(plan, cfg, device=device)
 
     if args.plan:
         cuda = args.device.startswith("cuda") if args.device else preset.gpu
@@ -849,7 +849,7 @@ def _main(argv: list[str] | None) -> int:
         f"sides={','.join(sides)} repeat={repeat} device={device} "
         f"threads={torch.get_num_threads()} {built}"
     )
-    print("\n".join(plan_lines(2 if dtype == torch.bfloat16 else 4)))
+    print("\n".join(plan_lines(2 if dtype == torch.bfloat16 else 4, device)))
     if device.startswith("cuda"):
         print(f"weights allocated on the GPU: {torch.cuda.memory_allocated() / 1024**3:.2f} GiB")
     print(PeakMemory.describe(device))
@@ -898,7 +898,7 @@ def _main(argv: list[str] | None) -> int:
                 suffix_tokens=suffix_tokens[1] if "differing" in modes else 0,
                 gpu_bytes=args.gpu_gb * 1e9,
             )
-            print("\n".join(format_plan(plan, cfg)))
+            print("\n".join(format_plan(plan, cfg, device=device)))
         ok, lines = run_section(
             model,
             sec_p,

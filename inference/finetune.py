@@ -5,8 +5,13 @@ Plain Python, no Django: the worker calls `train(rows, config, out_dir)` with th
 reports. torch, transformers, trl, peft and datasets are imported inside the functions.
 
 What trains. Each row's prompt (the branch's context) is only context; the completion (the
-reviewed target) is the only text with a loss (`completion_only_loss`). A row whose prompt alone
-fills `max_length` would train nothing, so it is refused, as are rows of any other shape.
+reviewed target) is the only text with a loss (`completion_only_loss`). A row longer than
+`max_length` tokens (prompt and completion, as the trainer tokenizes them with the base's chat
+template) keeps its system message, its current turn, its completion and as many of its most
+recent earlier turns as fit: its earliest turns are left out (`fit_rows`), so the trainer never
+cuts the completion. A row that does not fit even with no earlier turn is left out and counted;
+when every row is, the run is refused (`FineTuneInputError`, naming the length needed). Rows of
+any other shape are refused too.
 
 What is written under `out_dir`:
 
@@ -15,7 +20,10 @@ What is written under `out_dir`:
   two are kept. `train(..., resume=True)` continues from the last one.
 - `adapter/` (LoRA): a PEFT adapter folder (adapter_config.json naming the base by its absolute
   path, adapter_model.safetensors) with the tokenizer files; `model/` (full): a transformers
-  model folder with the tokenizer. Either holds `studio_lineage.json`: the config and figures.
+  model folder with the tokenizer. Either holds `studio_lineage.json` (the config, figures and
+  the caller's description) and a README.md model card saying how to load it.
+- each checkpoint holds `studio_train_s.json`, the run's training seconds when it was saved:
+  a resumed run's time goes on from there.
 
 On a GPU the base is trained in bf16 (LoRA: bf16 base weights with fp32 adapter weights; full:
 fp32 weights under bf16 autocast, saved in bf16); on CPU everything is float32."""
@@ -37,6 +45,8 @@ LINEAGE_FILE = "studio_lineage.json"
 ADAPTER_DIR = "adapter"
 MODEL_DIR = "model"
 CHECKPOINTS_DIR = "checkpoints"
+ELAPSED_FILE = "studio_train_s.json"  # in each checkpoint: the training seconds so far
+README_FILE = "README.md"
 
 # Bounds of the config's numbers (inclusive unless said otherwise), named in validate()'s messages.
 MAX_LORA_RANK = 256
@@ -71,20 +81,27 @@ class FineTuneConfig:
     def validate(self) -> None:
         """Raise ValueError naming the first field out of its bounds."""
         if not isinstance(self.base_model, str) or not self.base_model.strip():
-            raise ValueError("base_model: a local model folder is required")
+            raise FineTuneInputError("base_model: a local model folder is required", "base_model")
         if self.method not in METHODS:
-            raise ValueError(f"method: must be one of {', '.join(METHODS)} (got {self.method!r})")
+            raise FineTuneInputError(
+                f"method: must be one of {', '.join(METHODS)} (got {self.method!r})", "method"
+            )
         _int_in("lora_rank", self.lora_rank, 1, MAX_LORA_RANK)
         _int_in("lora_alpha", self.lora_alpha, 1, MAX_LORA_ALPHA)
         _number_in("lora_dropout", self.lora_dropout, 0.0, 1.0, high_open=True)
         if not isinstance(self.lora_targets, tuple):
-            raise ValueError("lora_targets: must be a tuple of module names")
+            raise FineTuneInputError(
+                "lora_targets: must be a tuple of module names", "lora_targets"
+            )
         if len(self.lora_targets) > MAX_TARGETS:
-            raise ValueError(f"lora_targets: at most {MAX_TARGETS} module names")
+            raise FineTuneInputError(
+                f"lora_targets: at most {MAX_TARGETS} module names", "lora_targets"
+            )
         for name in self.lora_targets:
             if not isinstance(name, str) or not name or not name.replace("_", "").isalnum():
-                raise ValueError(
-                    f"lora_targets: {name!r} is not a module name (letters, digits, underscores)"
+                raise FineTuneInputError(
+                    f"lora_targets: {name!r} is not a module name (letters, digits, underscores)",
+                    "lora_targets",
                 )
         _number_in("epochs", self.epochs, 0.0, MAX_EPOCHS, low_open=True)
         _number_in("learning_rate", self.learning_rate, 0.0, 1.0, low_open=True)
@@ -115,9 +132,11 @@ class FineTuneConfig:
 
 def _int_in(name: str, value: Any, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}: must be a whole number from {low} to {high} (got {value!r})")
+        raise FineTuneInputError(
+            f"{name}: must be a whole number from {low} to {high} (got {value!r})", name
+        )
     if not low <= value <= high:
-        raise ValueError(f"{name}: must be from {low} to {high} (got {value})")
+        raise FineTuneInputError(f"{name}: must be from {low} to {high} (got {value})", name)
 
 
 def _number_in(
@@ -131,9 +150,11 @@ def _number_in(
 ) -> None:
     bounds = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name}: must be a finite number in {bounds} (got {value!r})")
+        raise FineTuneInputError(
+            f"{name}: must be a finite number in {bounds} (got {value!r})", name
+        )
     if value < low or value > high or (low_open and value == low) or (high_open and value == high):
-        raise ValueError(f"{name}: must be in {bounds} (got {value:g})")
+        raise FineTuneInputError(f"{name}: must be in {bounds} (got {value:g})", name)
 
 
 @dataclass
@@ -141,10 +162,12 @@ class TrainProgress:
     step: int  # optimizer steps done
     total_steps: int
     epoch: float
-    loss: float | None  # the last logged training loss (None before the first log)
-    learning_rate: float | None
+    loss: float | None  # the loss logged at `step` (None: a step's end, not a log)
+    learning_rate: float | None  # the learning rate logged with the loss
     tokens_seen: int  # non-padding input tokens of every batch so far (resumed runs included)
-    elapsed_s: float  # since this call of `train` began
+    elapsed_s: float  # training seconds of the run so far, before a stop and resume included
+    rows_trimmed: int = 0  # rows whose earliest turns were left out to fit max_length
+    rows_dropped: list[int] = field(default_factory=list)  # numbers (from 1) of rows left out
 
 
 @dataclass
@@ -157,8 +180,13 @@ class TrainResult:
     final_loss: float | None
     losses: list[list[float]] = field(default_factory=list)  # [[step, loss], ...]
     tokens_seen: int = 0
-    train_s: float = 0.0  # this call's wall time
+    # training seconds of the whole run (before a stop and resume included), not counting the
+    # rows' building, the model's loading or the result's saving
+    train_s: float = 0.0
     resumed_from_step: int | None = None
+    rows: int = 0  # rows trained on
+    rows_trimmed: int = 0  # of those, rows whose earliest turns were left out to fit max_length
+    rows_dropped: list[int] = field(default_factory=list)  # numbers (from 1) of rows left out
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,7 +195,7 @@ class TrainResult:
 class FineTuneCancelled(Exception):
     """`should_stop()` answered True: a checkpoint of `step` is saved; `train` resumes from it."""
 
-    def __init__(self, step: int, *, saved: bool = True):
+    def __init__(self, step: int, *, saved: bool = True, elapsed_s: float | None = None):
         super().__init__(
             f"fine-tuning stopped at step {step}; its checkpoint is saved"
             if saved
@@ -175,6 +203,16 @@ class FineTuneCancelled(Exception):
         )
         self.step = step
         self.saved = saved
+        self.elapsed_s = elapsed_s  # training seconds of the run so far (None: before it trained)
+
+
+class FineTuneInputError(ValueError):
+    """A fine-tune its input cannot make (its settings, its base folder, its rows): the message
+    says what to change, starting with the config field at fault (`field`) when there is one."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 ProgressCallback = Callable[[TrainProgress], None]
@@ -188,48 +226,157 @@ def clean_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     cleaned: list[dict[str, Any]] = []
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, Mapping):
-            raise ValueError(f"row {number}: not an object with prompt and completion")
+            raise FineTuneInputError(f"row {number}: not an object with prompt and completion")
         for key in ("prompt", "completion"):
             if key not in row:
-                raise ValueError(
+                raise FineTuneInputError(
                     f"row {number}: no {key!r} (wm-turns rows have prompt and completion)"
                 )
         prompt = _messages(row["prompt"], number, "prompt")
         completion = _messages(row["completion"], number, "completion")
         if not completion:
-            raise ValueError(f"row {number}: the completion has no message")
+            raise FineTuneInputError(f"row {number}: the completion has no message")
         cleaned.append({"prompt": prompt, "completion": completion})
     if not cleaned:
-        raise ValueError("no rows to train on")
+        raise FineTuneInputError("no rows to train on")
     return cleaned
 
 
 def _messages(value: Any, number: int, key: str) -> list[dict[str, str]]:
     if not isinstance(value, list):
-        raise ValueError(f"row {number}: {key} must be a list of messages")
+        raise FineTuneInputError(f"row {number}: {key} must be a list of messages")
     out = []
     for i, message in enumerate(value, start=1):
         if not isinstance(message, Mapping):
-            raise ValueError(f"row {number}, {key} message {i}: not an object")
+            raise FineTuneInputError(f"row {number}, {key} message {i}: not an object")
         extra = sorted(set(message) - {"role", "content"})
         if extra:
-            raise ValueError(
+            raise FineTuneInputError(
                 f"row {number}, {key} message {i}: only role and content are trained on "
                 f"(found {', '.join(map(repr, extra))})"
             )
         role, content = message.get("role"), message.get("content")
         if not isinstance(role, str) or not role or not isinstance(content, str):
-            raise ValueError(f"row {number}, {key} message {i}: needs a role and a text content")
+            raise FineTuneInputError(
+                f"row {number}, {key} message {i}: needs a role and a text content"
+            )
         out.append({"role": role, "content": content})
     return out
+
+
+@dataclass
+class FittedRows:
+    """The rows as they train: each fitted into max_length by leaving out its earliest turns."""
+
+    rows: list[dict[str, Any]]  # the rows that train (prompt, completion, row_number)
+    tokens: list[int]  # each one's prompt+completion tokens, as the trainer tokenizes it
+    trimmed: list[int]  # numbers (from 1) of rows whose earliest turns were left out
+    dropped: list[int]  # numbers of rows that do not fit even with no earlier turn
+    shortest: int  # the fewest tokens any row can have (its system messages, turn, completion)
+
+
+def _turns(prompt: list[dict[str, str]]) -> tuple[list[dict], list[list[dict]], list[dict]]:
+    """(its leading system messages, its earlier turns, its current turn): a `wm-turns` prompt is
+    [system, user (turn 1), assistant (observation 1), ..., user (the current turn)]; an earlier
+    turn is a user message with the messages after it, the current turn its last user message
+    on. A prompt with no user message has no earlier turn."""
+    head = 0
+    while head < len(prompt) and prompt[head]["role"] == "system":
+        head += 1
+    rest = prompt[head:]
+    users = [i for i, m in enumerate(rest) if m["role"] == "user"]
+    if not users:
+        return prompt[:head], [], rest
+    turns: list[list[dict]] = []
+    for message in rest[: users[-1]]:
+        if message["role"] == "user" or not turns:
+            turns.append([message])
+        else:
+            turns[-1].append(message)
+    return prompt[:head], turns, rest[users[-1] :]
+
+
+def _fit_row(
+    prompt: list[dict[str, str]],
+    completion: list[dict[str, str]],
+    count: Callable[[list[dict[str, str]]], int],
+    max_length: int,
+) -> tuple[list[dict[str, str]] | None, int, int]:
+    """(the prompt without the fewest earliest turns that fits, or None; its row's tokens; the
+    row's tokens with no earlier turn)."""
+    head, turns, current = _turns(prompt)
+    lengths: dict[int, int] = {}
+
+    def from_turn(k: int) -> list[dict[str, str]]:
+        return head + [m for turn in turns[k:] for m in turn] + current
+
+    def length(k: int) -> int:
+        if k not in lengths:
+            lengths[k] = count(from_turn(k) + completion)
+        return lengths[k]
+
+    least = length(len(turns))
+    if least > max_length:
+        return None, least, least
+    if length(0) <= max_length:
+        return prompt, length(0), least
+    # halving: a row's length grows with each earlier turn it keeps
+    low, high = 0, len(turns)  # length(low) does not fit, length(high) does
+    while high - low > 1:
+        middle = (low + high) // 2
+        if length(middle) <= max_length:
+            high = middle
+        else:
+            low = middle
+    return from_turn(high), length(high), least
+
+
+def fit_rows(rows: list[dict[str, Any]], tokenizer: Any, max_length: int) -> FittedRows:
+    """Fit each row (from `clean_rows`) into `max_length` tokens, counted as the trainer
+    tokenizes it (the chat template over prompt + completion), by leaving out the fewest of its
+    earliest turns; the system messages, the current turn and the completion are always kept.
+    A row that does not fit even with no earlier turn is left out (`dropped`); when every row
+    is, FineTuneInputError names the shortest row's length."""
+
+    def count(messages: list[dict[str, str]]) -> int:
+        encoded = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)
+        return len(encoded["input_ids"])
+
+    fitted = FittedRows(rows=[], tokens=[], trimmed=[], dropped=[], shortest=0)
+    shortest: int | None = None
+    for number, row in enumerate(rows, start=1):
+        prompt, tokens, least = _fit_row(row["prompt"], row["completion"], count, max_length)
+        shortest = least if shortest is None else min(shortest, least)
+        if prompt is None:
+            fitted.dropped.append(number)
+            continue
+        if len(prompt) < len(row["prompt"]):
+            fitted.trimmed.append(number)
+        fitted.rows.append(
+            {"prompt": prompt, "completion": row["completion"], "row_number": number}
+        )
+        fitted.tokens.append(tokens)
+    fitted.shortest = shortest or 0
+    if not fitted.rows:
+        raise FineTuneInputError(
+            f"max_length: no row fits in {max_length} tokens, even with none of its earlier "
+            f"turns (the shortest, its system message, its own turn and its target, is "
+            f"{fitted.shortest} tokens): raise max length to at least {fitted.shortest}",
+            "max_length",
+        )
+    return fitted
 
 
 def _base_dir(config: FineTuneConfig) -> Path:
     base = Path(config.base_model).expanduser()
     if not base.is_dir():
-        raise ValueError(f"base model folder {config.base_model!r} does not exist")
+        raise FineTuneInputError(
+            f"base model folder {config.base_model!r} does not exist", "base_model"
+        )
     if not (base / "config.json").is_file():
-        raise ValueError(f"base model folder {config.base_model!r} has no config.json")
+        raise FineTuneInputError(
+            f"base model folder {config.base_model!r} has no config.json", "base_model"
+        )
     return base.resolve()
 
 
@@ -253,6 +400,7 @@ class _Built:
     trainer: Any  # trl.SFTTrainer
     base: str  # the absolute base folder
     router_logits: bool | None  # the base config's output_router_logits (TRL switches it on)
+    fitted: FittedRows
 
 
 def build_trainer(
@@ -293,11 +441,22 @@ def _build(
     dtype = torch.bfloat16 if bf16 and config.method == "lora" else torch.float32
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(base))
+    except (OSError, ValueError) as e:
+        raise FineTuneInputError(
+            f"cannot load the tokenizer of the base model {str(base)!r}: {e}", "base_model"
+        ) from e
+    if not getattr(tokenizer, "chat_template", None):
+        raise FineTuneInputError(
+            f"the tokenizer of {str(base)!r} has no chat template", "base_model"
+        )
+    # before the model loads: rows that cannot fit are told at once
+    fitted = fit_rows(cleaned, tokenizer, config.max_length)
+    try:
         model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype)
     except (OSError, ValueError) as e:
-        raise ValueError(f"cannot load the base model {str(base)!r}: {e}") from e
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"the tokenizer of {str(base)!r} has no chat template")
+        raise FineTuneInputError(
+            f"cannot load the base model {str(base)!r}: {e}", "base_model"
+        ) from e
 
     text_config = model.config.get_text_config()
     router_logits = getattr(text_config, "output_router_logits", None)
@@ -337,7 +496,7 @@ def _build(
             lora_dropout=config.lora_dropout,
             target_modules=list(config.lora_targets) if config.lora_targets else "all-linear",
         )
-    dataset = Dataset.from_list([{**row, "row_number": i} for i, row in enumerate(cleaned, 1)])
+    dataset = Dataset.from_list(fitted.rows)
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -349,15 +508,35 @@ def _build(
     # The Trainer prints every log line when its progress bar is off; the caller reports instead.
     trainer.remove_callback(PrinterCallback)
     prepared: Any = trainer.train_dataset
-    kept = set(prepared["row_number"])
-    dropped = [n for n in range(1, len(cleaned) + 1) if n not in kept]
-    if dropped:
-        shown = ", ".join(map(str, dropped[:10])) + (", ..." if len(dropped) > 10 else "")
-        raise ValueError(
-            f"{len(dropped)} row(s) would train nothing: the prompt alone fills "
-            f"max_length={config.max_length} tokens (row {shown})"
+    lost = sorted({row["row_number"] for row in fitted.rows} - set(prepared["row_number"]))
+    if lost:  # the trainer tokenized a row longer than it was counted: a bug, not the input
+        raise RuntimeError(
+            f"the trainer left out row(s) {', '.join(map(str, lost[:10]))} that were fitted "
+            f"into max_length={config.max_length} tokens"
         )
-    return _Built(trainer, str(base), router_logits)
+    return _Built(trainer, str(base), router_logits, fitted)
+
+
+def _saved_train_s(checkpoint: str) -> float:
+    """The training seconds a checkpoint was saved at (0 for one saved without them)."""
+    try:
+        value = float(json.loads((Path(checkpoint) / ELAPSED_FILE).read_text())["train_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+    return value if math.isfinite(value) and value >= 0 else 0.0
+
+
+def _check_description(description: Mapping[str, Any] | None) -> dict[str, Any]:
+    if description is None:
+        return {}
+    if not isinstance(description, Mapping) or not all(isinstance(k, str) for k in description):
+        raise TypeError("description: must be a dict with string keys")
+    data = dict(description)
+    try:
+        json.dumps(data)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"description: must be JSON-ready ({e})") from None
+    return data
 
 
 def train(
@@ -368,67 +547,86 @@ def train(
     on_progress: ProgressCallback | None = None,
     should_stop: StopCheck | None = None,
     resume: bool = True,
+    description: Mapping[str, Any] | None = None,
 ) -> TrainResult:
     """Fine-tune `config.base_model` on `rows` into `out_dir` (see the module's docstring).
 
-    `on_progress` is called at every log and at the end of every optimizer step;
-    `should_stop` is asked at the end of every step: True saves a checkpoint and raises
-    FineTuneCancelled. With `resume`, a checkpoint under out_dir/checkpoints is continued from;
-    without, earlier checkpoints are removed first."""
+    `on_progress` is called at the end of every optimizer step (loss None) and at every log
+    (the loss logged, with the step it belongs to); `should_stop` is asked at the end of every
+    step: True saves a checkpoint and raises FineTuneCancelled. With `resume`, a checkpoint
+    under out_dir/checkpoints is continued from (its training time too); without, earlier
+    checkpoints are removed first. `description` (JSON-ready: e.g. the dataset and version
+    the rows come from) goes into the result folder's README.md and studio_lineage.json."""
     from transformers import TrainerCallback
 
-    start = time.perf_counter()
     out = Path(out_dir)
     config.validate()
+    lineage_description = _check_description(description)
     if not resume:
         shutil.rmtree(out / CHECKPOINTS_DIR, ignore_errors=True)
     checkpoint = last_checkpoint(out) if resume else None
     if should_stop is not None and should_stop():
         raise FineTuneCancelled(checkpoint[1] if checkpoint else 0, saved=checkpoint is not None)
+    fitted: list[FittedRows] = []
 
     class _Watch(TrainerCallback):
-        def __init__(self) -> None:
-            self.loss: float | None = None
-            self.lr: float | None = None
+        def __init__(self, before_s: float) -> None:
+            self.before_s = before_s  # training seconds of the run before this call
+            self.started: float | None = None  # when this call's training began
             self.stopped_at: int | None = None
 
-        def _report(self, state: Any) -> None:
+        def elapsed(self) -> float:
+            since = 0.0 if self.started is None else time.perf_counter() - self.started
+            return self.before_s + since
+
+        def _report(self, state: Any, loss: float | None, lr: float | None) -> None:
             if on_progress is None:
                 return
+            fit = fitted[0] if fitted else None
             on_progress(
                 TrainProgress(
                     step=int(state.global_step),
                     total_steps=int(state.max_steps),
                     epoch=float(state.epoch or 0.0),
-                    loss=self.loss,
-                    learning_rate=self.lr,
+                    loss=loss,
+                    learning_rate=lr,
                     tokens_seen=int(state.num_input_tokens_seen),
-                    elapsed_s=time.perf_counter() - start,
+                    elapsed_s=self.elapsed(),
+                    rows_trimmed=len(fit.trimmed) if fit else 0,
+                    rows_dropped=list(fit.dropped) if fit else [],
                 )
             )
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any):
             if logs and "loss" in logs:
-                self.loss = float(logs["loss"])
-                if "learning_rate" in logs:
-                    self.lr = float(logs["learning_rate"])
-                self._report(state)
+                lr = logs.get("learning_rate")
+                self._report(state, float(logs["loss"]), None if lr is None else float(lr))
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any):
-            self._report(state)
+            self._report(state, None, None)
             if should_stop is not None and state.global_step < state.max_steps and should_stop():
                 self.stopped_at = int(state.global_step)
                 control.should_save = True
                 control.should_training_stop = True
             return control
 
-    watch = _Watch()
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if folder.is_dir():
+                record = {"train_s": self.elapsed(), "step": int(state.global_step)}
+                (folder / ELAPSED_FILE).write_text(json.dumps(record))
+
+    watch = _Watch(_saved_train_s(checkpoint[0]) if checkpoint else 0.0)
     built = _build(rows, config, out, [watch])
+    fitted.append(built.fitted)
     trainer = built.trainer
+    # the training time: from here (the rows built, the model loaded), across resumes
+    watch.started = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint[0] if checkpoint else None)
+    train_s = watch.elapsed()
     state = trainer.state
     if watch.stopped_at is not None:
-        raise FineTuneCancelled(watch.stopped_at)
+        raise FineTuneCancelled(watch.stopped_at, elapsed_s=train_s)
 
     losses = [
         [int(entry["step"]), float(entry["loss"])]
@@ -445,14 +643,144 @@ def train(
         final_loss=losses[-1][1] if losses else None,
         losses=losses,
         tokens_seen=int(state.num_input_tokens_seen),
+        train_s=train_s,
         resumed_from_step=checkpoint[1] if checkpoint else None,
+        rows=len(built.fitted.rows),
+        rows_trimmed=len(built.fitted.trimmed),
+        rows_dropped=list(built.fitted.dropped),
     )
-    result.train_s = time.perf_counter() - start
-    _save_result(built, config, result_dir, result)
+    _save_result(built, config, result_dir, result, lineage_description)
     return result
 
 
-def _save_result(built: _Built, config: FineTuneConfig, result_dir: Path, result: TrainResult):
+_MARKDOWN_SPECIALS = "\\`*_[]<>|#~!"
+
+
+def _md(value: Any) -> str:
+    """A value as one line of Markdown text, its markup characters escaped."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    text = " ".join(text.split())
+    return "".join(f"\\{c}" if c in _MARKDOWN_SPECIALS else c for c in text)
+
+
+def _module_name(description: Mapping[str, Any]) -> str:
+    """A serving module name for the loading lines: the description's name, as a slug."""
+    raw = str(description.get("name") or "world-model").lower()
+    slug = "".join(c if c.isalnum() else "-" for c in raw).strip("-")
+    return "-".join(part for part in slug.split("-") if part)[:64] or "world-model"
+
+
+def model_card(
+    config: FineTuneConfig,
+    base: str,
+    folder: str,
+    result: TrainResult,
+    description: Mapping[str, Any],
+) -> str:
+    """The README.md of a result folder: what it is, its lineage and settings, how to load it."""
+    lora = config.method == "lora"
+    what = "A LoRA adapter" if lora else "A fully fine-tuned copy"
+    lines = [
+        f"# {'LoRA adapter' if lora else 'Fine-tuned model'} of {_md(Path(base).name)}",
+        "",
+        f"{what} of the base model `{base}`, trained by AgentWorld Studio on {result.rows} "
+        f"row{'s' if result.rows != 1 else ''} (`wm-turns`: each row's prompt is the history "
+        "of a trajectory's branch, and its completion, the reviewed observation, is the only "
+        "text trained on).",
+        "",
+    ]
+    if description:
+        lines += ["## Lineage", ""]
+        lines += [f"- {_md(key.replace('_', ' '))}: {_md(v)}" for key, v in description.items()]
+        lines.append("")
+    length = (
+        f"{config.epochs:g} epoch{'s' if config.epochs != 1 else ''}"
+        if config.max_steps is None
+        else f"{config.max_steps} optimizer steps (max steps, in place of the epochs)"
+    )
+    loss = (
+        f"{result.first_loss:.4f} at the first step, {result.final_loss:.4f} at the last"
+        if result.first_loss is not None and result.final_loss is not None
+        else "not logged"
+    )
+    settings = [
+        ("method", config.method),
+        *(
+            [
+                ("LoRA rank", config.lora_rank),
+                ("LoRA alpha", config.lora_alpha),
+                ("LoRA dropout", config.lora_dropout),
+                ("LoRA target modules", ", ".join(config.lora_targets) or "all linear layers"),
+            ]
+            if lora
+            else []
+        ),
+        ("training length", length),
+        ("learning rate", f"{config.learning_rate:g}"),
+        ("max length", f"{config.max_length} tokens"),
+        ("batch size", f"{config.batch_size} x {config.grad_accum} gradient accumulation"),
+        ("seed", config.seed),
+        ("steps done", f"{result.steps} of {result.total_steps}"),
+        ("training loss", loss),
+        ("tokens seen", f"{result.tokens_seen:,}"),
+        ("training time", f"{result.train_s:.1f} s"),
+        (
+            "rows fitted into max length",
+            f"{result.rows_trimmed} trimmed (their earliest turns left out), "
+            f"{len(result.rows_dropped)} left out",
+        ),
+    ]
+    lines += ["## Settings", "", "| setting | value |", "| --- | --- |"]
+    lines += [f"| {name} | {_md(value)} |" for name, value in settings]
+    name = _module_name(description)
+    lines += ["", "## Loading", ""]
+    if lora:
+        rank_flag = f" --max-lora-rank {config.lora_rank}" if config.lora_rank > 16 else ""
+        lines += [
+            "With PEFT:",
+            "",
+            "```python",
+            "from peft import AutoPeftModelForCausalLM",
+            "",
+            f"model = AutoPeftModelForCausalLM.from_pretrained({folder!r})",
+            "```",
+            "",
+            "With vLLM (requests then name the model by the module name):",
+            "",
+            "```sh",
+            f"vllm serve {base} --enable-lora --lora-modules {name}={folder}{rank_flag}",
+            "```",
+            "",
+            "With SGLang:",
+            "",
+            "```sh",
+            f"python -m sglang.launch_server --model-path {base} --lora-paths {name}={folder}",
+            "```",
+            "",
+            "The adapter names its base by the absolute path above (adapter_config.json's "
+            "`base_model_name_or_path`): on another machine, load the base from where it is.",
+        ]
+    else:
+        lines += [
+            "A transformers model folder: `AutoModelForCausalLM.from_pretrained` loads it, "
+            "and vLLM or SGLang serve it as any model folder:",
+            "",
+            "```sh",
+            f"vllm serve {folder} --served-model-name {name}",
+            f"python -m sglang.launch_server --model-path {folder} --served-model-name {name}",
+            "```",
+        ]
+    lines += ["", f"`{LINEAGE_FILE}` holds the settings and figures as JSON.", ""]
+    return "\n".join(lines)
+
+
+def _save_result(
+    built: _Built,
+    config: FineTuneConfig,
+    result_dir: Path,
+    result: TrainResult,
+    description: Mapping[str, Any],
+) -> None:
     """Write the adapter (LoRA) or the model (full) with the tokenizer and the lineage into a
     partial folder, then move it into place (a reader never sees a half-written folder)."""
     import peft
@@ -487,6 +815,7 @@ def _save_result(built: _Built, config: FineTuneConfig, result_dir: Path, result
         "config": config.as_dict(),
         "result": {k: v for k, v in result.as_dict().items() if k != "result_dir"},
         "rows": len(trainer.train_dataset),
+        "description": dict(description),
         "versions": {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
@@ -495,6 +824,9 @@ def _save_result(built: _Built, config: FineTuneConfig, result_dir: Path, result
         },
     }
     (partial / LINEAGE_FILE).write_text(json.dumps(lineage, indent=2, sort_keys=True))
+    # our card, in place of PEFT's blank one
+    card = model_card(config, base, str(result_dir.resolve()), result, description)
+    (partial / README_FILE).write_text(card)
     shutil.rmtree(result_dir, ignore_errors=True)
     os.replace(partial, result_dir)
 

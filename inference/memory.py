@@ -194,14 +194,26 @@ def _size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def format_plan(plan: MemoryPlan, config: Any) -> list[str]:
-    """The plan as lines of arithmetic: each part's formula, its bytes and its GiB."""
+def format_plan(plan: MemoryPlan, config: Any, *, device: str | None = None) -> list[str]:
+    """The plan as lines of arithmetic: each part's formula, its bytes and its GiB. `device`:
+    where the run it is printed for runs; on a CPU the budget is said to be the GPU's the plan
+    is for, not the memory of this run (None: the plan alone, or a GPU run)."""
     head_dim = _get(config, "head_dim", config.hidden_size // config.num_attention_heads)
     d = linear_attention_dims(config)
     n, p, t, s = plan.branches, plan.prompt_tokens, plan.new_tokens, plan.suffix_tokens
     b = plan.dtype_bytes
     kv_layer = 2 * config.num_key_value_heads * head_dim * b
     gpu = f"{plan.gpu_bytes / 1e9:.0f} GB = {plan.gpu_bytes / GIB:.1f} GiB"
+    on_cpu = device is not None and not device.startswith("cuda")
+    if on_cpu:
+        owner = "an H200's" if plan.gpu_bytes == H200_BYTES else "a GPU's"
+        budget = f" against {owner} {gpu}, the GPU the plan is for (this run is on a CPU): " + (
+            "it would fit there" if plan.fits else "it WOULD NOT FIT there"
+        )
+        copied_fits, copied_not = ", would fit there as well)", ", would not fit there)"
+    else:
+        budget = f" of {gpu}: " + ("fits" if plan.fits else "DOES NOT FIT")
+        copied_fits, copied_not = ", fits as well)", ", does not fit)"
     lines = [
         f"memory plan: P={p} N={n} T={t} suffix<={s} tokens, {b}-byte weights/KV, "
         f"{plan.full_layers} full-attention + {plan.linear_layers} linear-attention layers",
@@ -221,14 +233,12 @@ def format_plan(plan: MemoryPlan, config: Any) -> list[str]:
         f"{plan.branch_suffix_kv_bytes:,} B ({_size(plan.branch_suffix_kv_bytes)})",
         f"  branches             {n} x {plan.per_branch_bytes:,} B = "
         f"{n * plan.per_branch_bytes:,} B ({_size(n * plan.per_branch_bytes)})",
-        f"  total                {plan.total_bytes:,} B ({_size(plan.total_bytes)}) of {gpu}: "
-        + ("fits" if plan.fits else "DOES NOT FIT")
-        + f", {_size(max(0.0, plan.gpu_bytes - plan.total_bytes))} left for activations",
+        f"  total                {plan.total_bytes:,} B ({_size(plan.total_bytes)})"
+        + budget
+        + f", {_size(max(0.0, plan.gpu_bytes - plan.total_bytes))} left"
+        + (" there" if on_cpu else "")
+        + " for activations",
         f"  (prefix KV copied into every branch instead: {_size(plan.copied_prefix_total_bytes)}"
-        + (
-            ", does not fit)"
-            if plan.copied_prefix_total_bytes > plan.gpu_bytes
-            else ", fits as well)"
-        ),
+        + (copied_not if plan.copied_prefix_total_bytes > plan.gpu_bytes else copied_fits),
     ]
     return lines

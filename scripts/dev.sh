@@ -163,9 +163,9 @@ cat <<MSG
     annotator    reads and annotates
   Worker logs: $DATA_DIR/worker.log (default queue), $DATA_DIR/worker-gpu.log (gpu),
   $DATA_DIR/worker-episodes.log (episodes); a worker that exits is started again.
-  Scripted demo models (stand-ins for an agent and a world model, not models) at
+  Scripted demo models (stand-ins for an agent, a world model and a judge, not models) at
   $STUDIO_DEMO_MODELS_URL (log: $DATA_DIR/demo-models.log): the Demo project's
-  "Scripted demo agent" and "Scripted demo world" on the Models page.
+  "Scripted demo agent", "Scripted demo world" and "Scripted demo judge" on the Models page.
   Stop with Ctrl-C.
   Shell commands, in another terminal, use the same database and broker (recorded in
   $RUNTIME while this runs):

@@ -22,4 +22,7 @@ export DEBUG=${DEBUG:-1}
 .venv/bin/ruff format --check studio inference tests examples
 .venv/bin/mypy studio inference
 .venv/bin/lint-imports  # import contracts: see [tool.importlinter] in pyproject.toml
-.venv/bin/python -m pytest "$@"
+# Two pytest processes (pytest-xdist): most tests wait on workers, browsers and servers, so two
+# share 2 cores well; a file stays in one process (its module fixtures are built once). Each
+# process has its own test database and data dir (tests/settings.py).
+.venv/bin/python -m pytest -n "${STUDIO_TEST_PROCESSES:-2}" --dist loadfile "$@"

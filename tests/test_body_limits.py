@@ -6,7 +6,6 @@ answering 413 before the body was sent and writing nothing to disk."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import os
@@ -18,7 +17,6 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -36,6 +34,7 @@ from studio.body_limits import UPLOAD_URL_NAMES, BodyLimit, Limit, accepts_uploa
 from studio.models import ImportJob, Trajectory
 from studio.services.tokens import create_token
 from studio.services.worlds import save_world
+from tests.support.aio import run_in_own_loop
 from tests.support.imports import native_file
 from tests.support.worker import ROOT, wait_for, worker_env
 
@@ -64,11 +63,7 @@ class RecordingApp:
         await send({"type": "http.response.body", "body": b"stored"})
 
 
-def _run(coroutine):
-    """Run `coroutine` to its end on an event loop of its own thread (a test before this
-    one may have left a loop running in this one)."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+_run = run_in_own_loop
 
 
 def _scope(path="/login/", headers=()):

@@ -102,10 +102,14 @@ def test_the_run_page_redraws_each_logged_step_until_done(page, login, live_serv
         step=1,
         total_steps=3,
         loss_history=[[1, 2.0, 0.01]],
+        first_loss=2.0,  # as the job writes it with the first logged loss
     )
     login(page, "researcher")
     page.goto(f"{live_server.url}/finetunes/{run.pk}/")
     page.locator("#finetune-loss-figure[data-points='1']").wait_for()
+    expect(page.locator("#finetune-first-loss")).to_have_text("2.0000")  # from the first step
+    expect(page.locator("#finetune-phase")).to_have_text("training")
+    expect(page.locator("#evaluate-not-done")).to_be_visible()
     page.evaluate(WATCH_FIGURE)
     history = [[1, 2.0, 0.01]]
     for step, loss in ((2, 1.5), (3, 0.9)):
@@ -118,11 +122,15 @@ def test_the_run_page_redraws_each_logged_step_until_done(page, login, live_serv
             status=JobStatus.SUCCEEDED if done else JobStatus.RUNNING,
             phase="done" if done else "training",
             final_loss=loss if done else None,
-            first_loss=2.0 if done else None,
+            first_loss=2.0,
         )
         page.locator(f"#finetune-loss-figure[data-points='{step}']").wait_for()
         expect(page.locator("#finetune-step")).to_have_text(f"step {step} of 3")
     expect(page.locator("#finetune-status")).to_have_text("Done")
+    expect(page.locator("#finetune-phase")).to_have_count(0)  # "Done", not "Done phase done"
+    # the live part's last answer refreshes the evaluation section, which said it was running
+    expect(page.locator("#evaluate-not-done")).to_have_count(0)
+    expect(page.locator("#evaluate-refused")).to_contain_text("No base model is registered")
     assert page.evaluate("window.__sameDocument") is True
     assert sorted(set(page.evaluate("window.__seenPoints"))) == [1, 2, 3]
     expect(page.locator("#finetune-final-loss")).to_have_text(re.compile(r"0\.9"))

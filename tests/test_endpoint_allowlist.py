@@ -10,7 +10,6 @@ backlog shows whether anything connected."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import subprocess
@@ -37,6 +36,7 @@ from studio.services.endpoints import (
     save_endpoint,
     world_input,
 )
+from tests.support.aio import run_in_own_loop
 from tests.support.fake_openai import fake_openai_server
 
 pytestmark = pytest.mark.django_db
@@ -328,7 +328,7 @@ def test_jobs_and_the_web_client_refuse_it_without_connecting(project, settings)
                 await client.close()
 
         with pytest.raises(ModelHTTPError, match=SETTING):
-            asyncio.run(ask())
+            run_in_own_loop(ask())
         assert not connected(sock)
 
 
@@ -371,7 +371,7 @@ def test_the_web_client_connects_to_the_addresses_it_checked(project, settings):
                 await client.close()
             return answer.status
 
-        assert asyncio.run(ask()) == 200 and srv.model_list_calls == 1
+        assert run_in_own_loop(ask()) == 200 and srv.model_list_calls == 1
 
 
 # ---- what Test says -----------------------------------------------------------------------

@@ -76,3 +76,46 @@ def test_the_command_builds_the_tiny_model_trains_and_registers_it(project, tmp_
     assert f"fine-tune {run.pk} 'from the shell': steps v1 on {run.base_model} (lora)" in text
     assert f"model: {run.result_dir} (registered as world model 'from the shell')" in text
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_help_shows_each_default():
+    from studio.management.commands.finetune import Command
+
+    text = " ".join(Command().create_parser("manage.py", "finetune").format_help().split())
+    for flag, default in [
+        ("--max-length", "2048"),
+        ("--epochs", "1"),
+        ("--lr", "0.0002"),
+        ("--rank", "8"),
+        ("--alpha", "16"),
+        ("--heldout", "20"),
+        ("--seed", "0"),
+    ]:
+        assert f"(default: {default})" in text.split(flag, 2)[2].split("--", 1)[0], flag
+
+
+def test_rows_too_long_are_one_line_naming_the_flag_without_a_traceback(
+    project, tmp_path, settings, caplog, capfd
+):
+    settings.DATA_DIR = tmp_path / "data"
+    make_version(project, trained=1, extra=1)
+    with pytest.raises(CommandError) as refused:
+        call_command(
+            "finetune",
+            dataset="steps",
+            version="1",
+            base="tiny",
+            out=str(tmp_path / "run"),
+            max_length="16",
+            no_progress=True,
+            stdout=StringIO(),
+        )
+    message = str(refused.value)
+    assert message.startswith("--max-length: max_length: no row fits in 16 tokens")
+    assert "raise max length to at least" in message
+    assert "Resume" not in message and "resume" not in message
+    assert not any(record.exc_info for record in caplog.records)
+    assert "Traceback" not in capfd.readouterr().err
+    run = FineTuneRun.objects.get()
+    assert run.status == JobStatus.FAILED and "no row fits in 16 tokens" in run.error
+    shutil.rmtree(tmp_path, ignore_errors=True)

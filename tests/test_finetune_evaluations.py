@@ -329,8 +329,8 @@ def test_refused_before_the_fine_tune_succeeded_without_a_base_or_a_judge(client
     response = client.post(reverse("finetune_evaluate", args=[running.pk]), evaluate_form(judge))
     assert response.status_code == 302 and not EvaluationRun.objects.exists()
     page = client.get(response["Location"]).content.decode()
-    assert "The fine-tune has not succeeded (it is running)" in page
-    assert 'id="evaluate-refused"' in page and 'id="finetune-evaluate-form"' not in page
+    assert "Evaluate is offered once this fine-tune has succeeded; it is still training." in page
+    assert 'id="evaluate-not-done"' in page and 'id="finetune-evaluate-form"' not in page
     with pytest.raises(service.EvaluationRefused):
         service.start_finetune_evaluation(
             running, None, service.FineTuneEvaluationData(judge=judge, sources=["heldout"])
@@ -375,7 +375,7 @@ def test_the_leaderboard_sets_fine_tuned_beside_base_with_the_lineage(client, pr
     assert ">plain run</a>" in html and 'data-sample-set="' + "e" * 64 + '"' in html
     section = html.split('id="finetune-board"', 1)[1].split("</section>", 1)[0]
     assert "Fine-tuned vs base" in html
-    assert f'data-finetune="{ft.pk}"' in section and ">tiny on curated</a>" in section
+    assert f'data-finetune="{ft.pk}"' in section and f">#{ft.pk} tiny on curated</a>" in section
     for text in ("Dataset <strong>curated v3</strong>",
                  "Method <strong>LoRA adapter (rank 16, alpha 32)</strong>",
                  "Epochs <strong>2</strong>", "Learning rate <strong>0.0001</strong>",
@@ -398,7 +398,7 @@ def test_the_leaderboard_sets_fine_tuned_beside_base_with_the_lineage(client, pr
     # the fine-tune's page is linked (its evaluations' page where no fine-tune page exists)
     from studio.views.finetune_evaluations import finetune_page_url
 
-    assert f'<a href="{finetune_page_url(ft)}">tiny on curated</a>' in section
+    assert f'<a href="{finetune_page_url(ft)}">#{ft.pk} tiny on curated</a>' in section
     assert other.pk
     # a fine-tune without a finished pair is not listed
     EvaluationRun.objects.filter(pk=tuned.pk).update(status=JobStatus.FAILED)
@@ -471,3 +471,260 @@ def test_the_job_scores_base_and_fine_tuned_on_the_same_sample_set(project, isol
     assert "Over the 4 samples both judged" in page and "±0.00</span>" in page
     board = client.get(reverse("leaderboard", args=[project.pk])).content.decode()
     assert f'data-finetune="{ft.pk}"' in board
+
+
+# ---- after QA -----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_section_says_in_words_why_a_fine_tune_not_succeeded_cannot_be_evaluated(
+    client, project
+):
+    held = [trajectory(project, "h1")]
+    ft = finetune(project, heldout=held, status=JobStatus.QUEUED)
+    judge_endpoint(project)
+    url = reverse("finetune_evaluations", args=[ft.pk])
+    lead = "Evaluate is offered once this fine-tune has succeeded; "
+    cases = [
+        ({"status": JobStatus.QUEUED}, "it is queued and has not started training yet."),
+        ({"status": JobStatus.RUNNING}, "it is still training."),
+        ({"status": JobStatus.RUNNING, "cancel_requested": True}, "it is being cancelled."),
+        (
+            {"status": JobStatus.FAILED, "cancel_requested": False,
+             "error": "CUDA out of memory.\nTraceback: ..."},
+            "it failed: CUDA out of memory. It can be resumed, or another started.",
+        ),
+        ({"status": JobStatus.FAILED, "error": ""},
+         "it failed: no reason was recorded. It can be resumed, or another started."),
+        ({"status": JobStatus.FAILED, "phase": "not-trainable", "error": "Not trained: too long"},
+         "it failed: Not trained: too long. A new fine-tune with other settings can be started."),
+        ({"status": JobStatus.CANCELLED, "phase": "cancelled"},
+         "it was cancelled: it can be resumed, or another started."),
+    ]  # fmt: skip
+    for user in ("researcher", "annotator"):
+        client.force_login(project.users[user])
+        for fields, said in cases:
+            FineTuneRun.objects.filter(pk=ft.pk).update(**fields)
+            for headers in ({}, {"HX-Request": "true"}):
+                html = client.get(url, headers=headers).content.decode()
+                assert lead + said in html, (user, fields)
+                assert "(it is " not in html and "Traceback" not in html
+                assert 'id="finetune-evaluate-form"' not in html
+                # the run page fetches the section again when the fine-tune ends
+                section = html.split('id="finetune-evaluate"', 1)[1].split(">", 1)[0]
+                if fields["status"] in (JobStatus.QUEUED, JobStatus.RUNNING):
+                    assert 'hx-trigger="finetune-ended from:body"' in section
+                    assert f'hx-get="{url}"' in section
+    # succeeded: the form, and nothing to wait for (the htmx answer stops polling)
+    FineTuneRun.objects.filter(pk=ft.pk).update(status=JobStatus.SUCCEEDED, error="")
+    client.force_login(project.users["researcher"])
+    done = client.get(url, headers={"HX-Request": "true"})
+    html = done.content.decode()
+    assert done.status_code == 286 and 'id="finetune-evaluate-form"' in html
+    assert lead not in html and "finetune-ended" not in html
+    ft.refresh_from_db()
+    assert service.refusal(ft) == ""
+
+
+@pytest.mark.django_db
+def test_a_fine_tune_that_holds_out_nothing_offers_only_the_benchmark_and_says_why(
+    researcher_client, project
+):
+    trained = [trajectory(project, f"t{i}") for i in range(2)]
+    ft = finetune(project, heldout=[], train=trained)
+    judge = judge_endpoint(project)
+    url = reverse("finetune_evaluations", args=[ft.pk])
+    page = researcher_client.get(url).content.decode()
+    assert service.ALL_TRAINED_ON == (
+        "every recorded trajectory of the project was trained on: nothing is held out"
+    )
+    assert (
+        '<p class="muted" id="evaluate-no-heldout">Held-out trajectories: Every recorded '
+        "trajectory of the project was trained on: nothing is held out.</p>"
+    ) in page
+    assert "Held-out: the 0" not in page
+    # no benchmark either: nothing to compare on, and why; a POST asking for it is refused
+    assert 'id="evaluate-nothing"' in page and 'id="finetune-evaluate-form"' not in page
+    post = reverse("finetune_evaluate", args=[ft.pk])
+    refused = researcher_client.post(post, evaluate_form(judge))
+    assert refused.status_code == 400 and not EvaluationRun.objects.exists()
+    assert f"Nothing to compare on: {service.ALL_TRAINED_ON}, and " in refused.content.decode()
+    with pytest.raises(service.EvaluationRefused, match="nothing is held out"):
+        service.start_finetune_evaluation(
+            ft, None, service.FineTuneEvaluationData(judge=judge, sources=["heldout"])
+        )
+
+    # an AgentWorldBench file imported since: the benchmark alone is offered; the held-out
+    # note says what is still true (nothing was set aside), not "everything trained on"
+    bench = trajectory(project, "bench", bench_file="search_test.jsonl")
+    page = researcher_client.get(url).content.decode()
+    assert 'value="benchmark"' in page and 'value="heldout"' not in page
+    assert service.NONE_HELD_OUT == (
+        "this fine-tune holds out no trajectory: none was set aside when it was made"
+    )
+    assert f"Held-out trajectories: {service.NONE_HELD_OUT.capitalize()}." in page
+    assert "Every recorded trajectory" not in page
+    for sources in (["heldout"], ["heldout", "benchmark"]):
+        refused = researcher_client.post(post, evaluate_form(judge, sources=sources))
+        assert refused.status_code == 400 and not EvaluationRun.objects.exists()
+        assert f"Held-out trajectories: {service.NONE_HELD_OUT}." in refused.content.decode()
+    done = researcher_client.post(post, evaluate_form(judge, sources=["benchmark"]))
+    assert done.status_code == 302
+    assert set(EvaluationRun.objects.values_list("source", flat=True)) == {"benchmark"}
+    assert EvaluationRun.objects.count() == 2
+
+    # a fine-tune that trained on every benchmark trajectory is not offered the benchmark
+    every = finetune(project, heldout=[], train=[*trained, bench])
+    assert service.offered(every, project) == {}
+    assert service.unavailable(every, project) == {
+        "heldout": service.ALL_TRAINED_ON,
+        "benchmark": service.BENCHMARK_TRAINED_ON,
+    }
+
+
+@pytest.mark.django_db
+def test_runs_fine_tunes_and_models_are_named_apart(researcher_client, project):
+    held = [trajectory(project, "h1")]
+    trajectory(project, "bench", bench_file="search_test.jsonl")
+    one = finetune(project, heldout=held)
+    two = finetune(project, heldout=held)  # the same dataset version, the same name
+    ModelEndpoint.objects.filter(pk=one.base_endpoint_id).update(
+        name="tiny-qwen3_5_moe (base)", model="/tmp/x/models/tiny-qwen3_5_moe"
+    )
+    one.refresh_from_db()
+    judge = judge_endpoint(project)
+    data = service.FineTuneEvaluationData(judge=judge, sources=["heldout", "benchmark"])
+    runs = service.start_finetune_evaluation(one, None, data)
+    assert sorted(r.name for r in runs) == sorted([
+        f"tiny-qwen3_5_moe (base) (base of fine-tune #{one.pk}, held-out)",
+        f"tiny tuned (fine-tune #{one.pk}, held-out)",
+        f"tiny-qwen3_5_moe (base) (base of fine-tune #{one.pk}, AgentWorldBench)",
+        f"tiny tuned (fine-tune #{one.pk}, AgentWorldBench)",
+    ])  # fmt: skip
+    long = ModelEndpoint(name="m" * 100)
+    assert len(service.run_name(one, "base", "heldout", long)) <= 200
+
+    # both fine-tunes on the leaderboard, each "#<id> <name>"; the models by their endpoints
+    ft1_base = judged_run(project, one, "base", "heldout", {"terminal:0": 2})
+    judged_run(project, one, "tuned", "heldout", {"terminal:0": 3})
+    judged_run(project, two, "base", "heldout", {"terminal:0": 2}, batch="b2")
+    judged_run(project, two, "tuned", "heldout", {"terminal:0": 2}, batch="b2")
+    html = researcher_client.get(reverse("leaderboard", args=[project.pk])).content.decode()
+    section = html.split('id="finetune-board"', 1)[1].split("</section>", 1)[0]
+    assert f">#{one.pk} tiny on curated</a>" in section
+    assert f">#{two.pk} tiny on curated</a>" in section
+    entry = section.split(f'data-finetune="{one.pk}"', 1)[1].split("finetune-entry", 1)[0]
+    base_row = entry.split('class="pair-base"', 1)[1].split("</tr>", 1)[0]
+    assert 'title="/tmp/x/models/tiny-qwen3_5_moe">tiny-qwen3_5_moe (base)</span>' in base_row
+    tuned_row = entry.split('class="pair-tuned"', 1)[1].split("</tr>", 1)[0]
+    assert 'title="/ft/0/adapter">tiny tuned</span>' in tuned_row
+    assert ">/tmp/x/models" not in html and ">/ft/" not in html
+    # the main table's model column too
+    main = html.split('id="leaderboard"', 1)[1].split("</table>", 1)[0]
+    row = main.split(f'href="{reverse("evaluation_run", args=[ft1_base.pk])}"', 1)[1]
+    assert row.split("</td>", 1)[0].endswith(
+        'title="/tmp/x/models/tiny-qwen3_5_moe">tiny-qwen3_5_moe (base)</span>'
+    )
+    # the fine-tune's evaluations page says which fine-tune it is
+    page = researcher_client.get(reverse("finetune_evaluations", args=[one.pk])).content.decode()
+    assert f"Fine-tune #{one.pk} tiny on curated: base vs fine-tuned" in page
+    assert f"Evaluations of fine-tune #{one.pk} tiny on curated" in page
+    # a run without its endpoint: the model's last path part, never the path
+    EvaluationRun.objects.filter(pk=ft1_base.pk).update(world_endpoint=None)
+    ft1_base.refresh_from_db()
+    assert service.model_name(ft1_base) == "tiny-qwen3_5_moe"
+
+
+@pytest.mark.django_db
+def test_the_lineage_says_the_step_limit_when_there_is_one(project):
+    ft = finetune(project, heldout=[trajectory(project, "h1")], settings={"max_steps": 5})
+    lineage = dict(service.lineage(ft))
+    assert lineage["Training"] == "at most 5 steps" and "Epochs" not in lineage
+    FineTuneRun.objects.filter(pk=ft.pk).update(settings={"max_steps": 1})
+    ft.refresh_from_db()
+    assert dict(service.lineage(ft))["Training"] == "at most 1 step"
+    FineTuneRun.objects.filter(pk=ft.pk).update(settings={"max_steps": None})
+    ft.refresh_from_db()
+    lineage = dict(service.lineage(ft))
+    assert lineage["Epochs"] == "2" and "Training" not in lineage
+
+
+@pytest.mark.django_db
+def test_figures_of_the_scripted_demo_judge_say_so_wherever_they_are_shown(client, project):
+    from django.utils.html import escape
+
+    from studio.demo_data.scripted_judge import JUDGE_MODEL
+    from tests.test_evaluations import finished_run
+
+    said = "judged by the scripted demo judge: text overlap measurements, not a model's judgement"
+    note = escape(said)  # as the page writes it
+    ft, base, tuned = a_pair(project)
+    plain = finished_run(project, "judged by a model", "f" * 64, {"terminal": [3]})
+    client.force_login(project.users["annotator"])
+    section_url = reverse("finetune_evaluations", args=[ft.pk])
+    board_url = reverse("leaderboard", args=[project.pk])
+    for url in (section_url, board_url, reverse("evaluation_run", args=[base.pk])):
+        assert "scripted demo judge" not in client.get(url).content.decode(), url
+
+    EvaluationRun.objects.filter(pk__in=[base.pk, tuned.pk]).update(judge_model=JUDGE_MODEL)
+    section = client.get(section_url).content.decode()
+    comparison = section.split('id="comparison-b1-heldout"', 1)[1]
+    assert f'id="comparison-scripted-b1-heldout">{note[0].upper()}{note[1:]}.</p>' in comparison
+    assert "(scripted demo judge)" in section  # beside the runs, in the judge column
+    board = client.get(board_url).content.decode()
+    pair = board.split('id="finetune-board"', 1)[1].split("</caption>", 1)[0]
+    assert f'judge {JUDGE_MODEL} <span class="scripted-judge-note">({note})</span>' in pair
+    # the main table: one note on the group of the scripted runs, none on the other
+    groups = board.split('<tbody class="sample-set')
+    scripted_group = next(g for g in groups if f'data-sample-set="{"d" * 64}"' in g)
+    other_group = next(g for g in groups if f'data-sample-set="{"f" * 64}"' in g)
+    assert scripted_group.count("scripted-judge-note") == 1
+    assert f"{note[0].upper()}{note[1:]}." in scripted_group
+    assert "scripted" not in other_group
+    run_page = client.get(reverse("evaluation_run", args=[base.pk])).content.decode()
+    assert f'id="scripted-judge-note">{note[0].upper()}{note[1:]}.</p>' in run_page
+    assert "scripted" not in client.get(reverse("evaluation_run", args=[plain.pk])).content.decode()
+    # a group mixing judges names the runs it means
+    EvaluationRun.objects.filter(pk=tuned.pk).update(judge_model="jm")
+    board = client.get(board_url).content.decode()
+    group = board.split(f'data-sample-set="{"d" * 64}"', 1)[1].split("</tbody>", 1)[0]
+    assert f"{base.name}: {note}." in group
+    md = client.get(board_url, {"format": "md"}).content.decode()
+    assert f"> {base.name}: {said}." in md
+
+
+@pytest.mark.django_db
+def test_the_deltas_keep_their_sign_and_n_when_the_two_judged_different_subsets(
+    researcher_client, project
+):
+    """The base judged a, b, c (a high); the fine-tuned one b, c, d (d low): each run's own
+    mean says the fine-tuned one is worse, over the samples both judged it is better."""
+    held = [trajectory(project, "h1")]
+    ft = finetune(project, heldout=held)
+    base = judged_run(project, ft, "base", "heldout", {
+        "terminal:0": 5, "terminal:1": 2, "terminal:2": 3, "terminal:3": "failed",
+    })  # fmt: skip
+    tuned = judged_run(project, ft, "tuned", "heldout", {
+        "terminal:1": 3, "terminal:2": 4, "terminal:3": 1, "terminal:4": 1,
+    })  # fmt: skip
+    assert tuned.results["overall"]["total"] < base.results["overall"]["total"]
+    [pair] = service.comparisons(ft)
+    assert pair.common == 2 and pair.base_judged == 3 and pair.tuned_judged == 4
+    total = pair.overall.total
+    assert (total.n, total.base, total.tuned) == (2, norm(2.5), norm(3.5))
+    assert total.delta == 25.0 and total.delta_text == "+25.00"
+    assert all(cell.n == 2 and cell.delta == 25.0 for _, cell in pair.overall.dimensions)
+    [line] = pair.lines
+    assert line.total.n == 2 and line.total.delta == 25.0
+    # the other way round: fine-tuned minus base, so the sign flips with the sides
+    swapped = service.compare(service.Comparison("heldout", tuned, base))
+    assert swapped.overall is not None and swapped.overall.total.delta == -25.0
+    html = researcher_client.get(reverse("finetune_evaluations", args=[ft.pk])).content.decode()
+    assert "Over the 2 samples both judged (base 3 judged, fine-tuned 4)" in html
+    row = html.split('data-domain="overall"', 1)[1].split("</tr>", 1)[0]
+    assert "<td>2</td><td>37.50</td><td>62.50</td>" in row
+    assert 'delta-up"' in row and "+25.00</span>" in row and "(n=2)" in row
+    board = researcher_client.get(reverse("leaderboard", args=[project.pk])).content.decode()
+    pair_html = board.split('class="table compact finetune-pair"', 1)[1].split("</table>", 1)[0]
+    assert "<td>2</td><td>37.50</td><td>37.50</td>" in pair_html.split('class="pair-base"')[1]
+    assert "+25.00</span>" in pair_html.split('class="pair-delta')[1].split("</tr>")[0]

@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 
 from inference.finetune import (
+    ELAPSED_FILE,
     FineTuneCancelled,
     FineTuneConfig,
+    FineTuneInputError,
     TrainProgress,
     build_trainer,
+    fit_rows,
     last_checkpoint,
     train,
 )
@@ -109,18 +112,19 @@ def test_errors_a_user_can_cause_are_value_errors_naming_what_is_wrong(base_mode
         train([tool_row], config(base_model), tmp_path)
     with pytest.raises(ValueError, match="row 1: the completion has no message"):
         train([{"prompt": [], "completion": []}], config(base_model), tmp_path)
-    # A prompt that alone fills max_length leaves nothing of the completion to train.
+    # A row whose own turn and target do not fit in max_length trains nothing: when no row
+    # fits, the run is refused before the model loads, naming the length needed.
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(base_model)
-    prompt = wm_row(0)["prompt"]
-    fits = len(tok.apply_chat_template(prompt, add_generation_prompt=True)["input_ids"]) + 4
     long_row = wm_row(1)
     long_row["prompt"][1]["content"] = "**Action:** " + "search[weather] " * 40
-    with pytest.raises(
-        ValueError, match=rf"1 row\(s\) would train nothing.*max_length={fits} tokens \(row 2\)"
-    ):
-        train([wm_row(0), long_row], config(base_model, max_length=fits), tmp_path)
+    need = len(tok.apply_chat_template(long_row["prompt"] + long_row["completion"])["input_ids"])
+    with pytest.raises(FineTuneInputError) as refused:
+        train([long_row, long_row], config(base_model, max_length=need - 1), tmp_path)
+    assert refused.value.field == "max_length"
+    assert f"no row fits in {need - 1} tokens" in str(refused.value)
+    assert f"raise max length to at least {need}" in str(refused.value)
     assert not (tmp_path / "adapter").exists()
 
 
@@ -155,10 +159,74 @@ def test_only_the_completion_tokens_have_labels(base_model, tmp_path):
     assert 0 < masked < batch["labels"].numel()
 
 
+def history_row(earlier: int, action: str = "search[weather Paris]") -> dict:
+    """A wm-turns row of turn `earlier + 1`: the system message, `earlier` user/assistant turns
+    (the history) and the current turn's prompt; the reviewed target as its completion."""
+    prompt = [{"role": "system", "content": SYSTEM}]
+    for t in range(1, earlier + 1):
+        prompt.append({"role": "user", "content": f"### Turn {t}\n**Action:** search[city {t}]"})
+        prompt.append(
+            {"role": "assistant", "content": f"<predicted_observation>\nCity {t}: {t} C.\n"}
+        )
+    prompt.append({"role": "user", "content": f"### Turn {earlier + 1}\n**Action:** {action}"})
+    return {"prompt": prompt, "completion": [{"role": "assistant", "content": TARGET}]}
+
+
+def row_tokens(tok, row: dict) -> int:
+    return len(tok.apply_chat_template(row["prompt"] + row["completion"])["input_ids"])
+
+
+def test_a_long_row_leaves_out_its_earliest_turns_and_keeps_its_target(base_model, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(base_model)
+    long = history_row(10)
+    # max_length: what the row is with its last 3 earlier turns (turns 8, 9, 10 of the history)
+    kept = {**long, "prompt": long["prompt"][:1] + long["prompt"][15:]}
+    assert "search[city 8]" in kept["prompt"][1]["content"]
+    max_length = row_tokens(tok, kept)
+    assert row_tokens(tok, long) > max_length
+    too_long = history_row(0, action="search[" + " ".join(f"w{i}" for i in range(200)) + "]")
+    assert row_tokens(tok, too_long) > max_length
+    short = history_row(1)
+    data = [long, too_long, short]
+
+    fitted = fit_rows(data, tok, max_length)
+    assert (fitted.trimmed, fitted.dropped) == ([1], [2])
+    assert [r["row_number"] for r in fitted.rows] == [1, 3]
+    assert fitted.rows[0]["prompt"] == kept["prompt"]  # the fewest turns left out
+    assert fitted.rows[1]["prompt"] == short["prompt"]  # a row that fits is untouched
+    assert fitted.tokens == [max_length, row_tokens(tok, short)]
+
+    trainer = build_trainer(data, config(base_model, max_length=max_length), tmp_path)
+    example = next(e for e in trainer.train_dataset if e["row_number"] == 1)
+    assert len(example["input_ids"]) == max_length
+    text = tok.decode(example["input_ids"])
+    assert SYSTEM in text and "search[city 8]" in text and "search[weather Paris]" in text
+    assert "search[city 7]" not in text and "search[city 1]" not in text
+    # the completion's labels are whole: the target and its end of turn
+    trained = [t for t in example["labels"] if t != -100]
+    assert tok.decode(trained) == TARGET + "<|im_end|>\n"
+    assert example["labels"][-len(trained) :] == trained
+
+    seen: list[TrainProgress] = []
+    result = train(
+        data,
+        config(base_model, max_length=max_length, max_steps=1),
+        tmp_path,
+        on_progress=seen.append,
+    )
+    assert (result.rows, result.rows_trimmed, result.rows_dropped) == (2, 1, [2])
+    assert seen and all((p.rows_trimmed, p.rows_dropped) == (1, [2]) for p in seen)
+    lineage = json.loads(Path(result.result_dir, "studio_lineage.json").read_text())
+    assert lineage["result"]["rows_dropped"] == [2] and lineage["rows"] == 2
+
+
 def test_lora_steps_lower_the_loss_and_write_a_peft_adapter(base_model, tmp_path):
     seen: list[TrainProgress] = []
     cfg = config(base_model, max_steps=20, learning_rate=1e-2, save_every=8)
-    result = train(rows(), cfg, tmp_path / "run", on_progress=seen.append)
+    description = {"dataset": "steps", "dataset_version": 3, "name": "Paris *weather* <b>"}
+    result = train(rows(), cfg, tmp_path / "run", on_progress=seen.append, description=description)
 
     assert (result.steps, result.total_steps, result.method) == (20, 20, "lora")
     assert result.resumed_from_step is None
@@ -175,6 +243,23 @@ def test_lora_steps_lower_the_loss_and_write_a_peft_adapter(base_model, tmp_path
     assert seen[-1].tokens_seen == result.tokens_seen
     assert seen[-1].loss == pytest.approx(result.final_loss)
     assert seen[-1].elapsed_s <= result.train_s
+    # each loss comes with the step it was logged at (the trainer's log history), the ends of
+    # steps without one
+    logged = [[p.step, p.loss] for p in seen if p.loss is not None]
+    assert logged == result.losses
+    assert len([p for p in seen if p.loss is None]) == 20
+
+    # the folder's card is ours (not PEFT's blank one): what it is, its lineage, how to load it
+    card = (Path(result.result_dir) / "README.md").read_text()
+    assert "More Information Needed" not in card
+    assert f"LoRA adapter of the base model `{Path(base_model).resolve()}`" in card
+    assert "trained by AgentWorld Studio on 8 rows" in card
+    assert "- dataset: steps" in card and "- dataset version: 3" in card
+    assert r"Paris \*weather\* \<b\>" in card  # markup of a name is escaped
+    assert "| LoRA rank | 8 |" in card and "| max length | 256 tokens |" in card
+    assert f"--enable-lora --lora-modules paris-weather-b={result.result_dir}" in card
+    assert f"--lora-paths paris-weather-b={result.result_dir}" in card
+    assert "AutoPeftModelForCausalLM.from_pretrained" in card
 
     adapter = Path(result.result_dir)
     assert adapter == (tmp_path / "run" / "adapter").resolve()
@@ -188,7 +273,8 @@ def test_lora_steps_lower_the_loss_and_write_a_peft_adapter(base_model, tmp_path
     lineage = json.loads((adapter / "studio_lineage.json").read_text())
     assert lineage["config"] == cfg.as_dict()
     assert lineage["result"]["final_loss"] == result.final_loss
-    assert lineage["rows"] == 8
+    assert lineage["rows"] == 8 and lineage["description"] == description
+    assert (result.rows, result.rows_trimmed, result.rows_dropped) == (8, 0, [])
     # checkpoints every 8 steps and at the end; the last two kept
     checkpoints = {p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint-*")}
     assert checkpoints == {"checkpoint-16", "checkpoint-20"}
@@ -201,18 +287,32 @@ def test_lora_steps_lower_the_loss_and_write_a_peft_adapter(base_model, tmp_path
 def test_a_stop_saves_a_checkpoint_and_resume_ends_at_total_steps(base_model, tmp_path):
     cfg = config(base_model, max_steps=6)
     steps: list[int] = []
+    elapsed: list[float] = []
 
     def on_progress(p: TrainProgress) -> None:
         steps.append(p.step)
+        elapsed.append(p.elapsed_s)
 
     with pytest.raises(FineTuneCancelled) as stopped:
         train(rows(), cfg, tmp_path, on_progress=on_progress, should_stop=lambda: 2 in steps)
     assert stopped.value.step == 2
     assert last_checkpoint(tmp_path) == (str(tmp_path / "checkpoints" / "checkpoint-2"), 2)
     assert not (tmp_path / "adapter").exists()
+    # the checkpoint keeps the training time so far, the stop's too
+    saved = json.loads((tmp_path / "checkpoints" / "checkpoint-2" / ELAPSED_FILE).read_text())
+    assert saved["step"] == 2 and saved["train_s"] >= elapsed[-1] > 0
+    assert stopped.value.elapsed_s == pytest.approx(saved["train_s"], abs=1.0)
+    stopped_s = elapsed[-1]
 
-    resumed = train(rows(), cfg, tmp_path)
+    resumed_elapsed: list[float] = []
+    resumed = train(
+        rows(), cfg, tmp_path, on_progress=lambda p: resumed_elapsed.append(p.elapsed_s)
+    )
     assert resumed.resumed_from_step == 2
+    # the resumed run's time goes on from the stopped run's
+    assert resumed_elapsed[0] >= saved["train_s"] >= stopped_s
+    assert resumed_elapsed == sorted(resumed_elapsed)
+    assert resumed.train_s >= resumed_elapsed[-1]
     assert (resumed.steps, resumed.total_steps) == (6, 6)
     # the losses of the steps before the stop come back from the checkpoint's state
     assert [s for s, _ in resumed.losses] == [1, 2, 3, 4, 5, 6]

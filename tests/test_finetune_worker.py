@@ -73,6 +73,9 @@ def test_a_fine_tune_is_cancelled_resumed_from_its_checkpoint_and_registers_a_mo
     assert done.status == JobStatus.SUCCEEDED, done.error
     assert (done.phase, done.progress, done.step, done.total_steps) == ("done", 1.0, STEPS, STEPS)
     assert done.resumed_from_step == stopped.step and done.attempts == 2
+    # the lineage keeps every resume, and how the rows fitted max_length (all of them here)
+    assert done.settings[service.RESUMES_KEY] == [stopped.step]
+    assert done.settings[service.FIT_KEY] == {"rows_trimmed": 0, "rows_dropped": 0, "dropped": []}
     assert done.queue.endswith("gpu") and done.worker
     # the curve: every step once, from before the stop and after it
     assert [int(s) for s, *_ in done.loss_history] == list(range(1, STEPS + 1))

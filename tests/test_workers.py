@@ -55,6 +55,14 @@ def running_job(project, *, worker: str, beat_age_s: float = 0.0, claimed_age_s:
 
 
 @pytest.fixture(autouse=True)
+def _queues_of_this_test(isolated_queues):
+    """Queue names of each test alone: a real worker of this test run (a session fixture
+    started by an earlier file) beats its row every few seconds with the run's queues, and
+    must not count as a consumer of the queues these rows stand for."""
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _no_pulses(monkeypatch):
     # the rows alone decide here (the SQLite pulse files are tested with real workers)
     monkeypatch.setattr(workers, "_uses_pulse", lambda: False)
@@ -174,7 +182,6 @@ class Recorder(io.StringIO):
         return super().write(text)
 
 
-@pytest.mark.usefixtures("isolated_queues")
 def test_simulate_wait_says_at_once_that_no_worker_consumes_its_queue(project):
     trajectory, _ = make_trajectory(project)
     queue = queue_name("default")

@@ -5,8 +5,9 @@ step judging in the demo. It is NOT a model and says so in every answer.
 It reads the studio's own judge prompts (`inference.judge`): the pointwise one, with or without
 a reference observation, and the pairwise one. Its scores are measurements of the text, not
 judgements of meaning:
-- format: 5 for a non-empty prediction whose first character is the reference's kind of
-  opening (JSON, a list, text), 3 when the kinds differ, 1 for no output;
+- format: the prediction's shape against the reference's: for a JSON reference, whether the
+  prediction parses as JSON of the same kind; for text, how close its line count and its mix of
+  letters, digits, spaces and punctuation are to the reference's (1 for no output);
 - factuality: how much of the reference's text the prediction reproduces (rapidfuzz's
   `ratio`, 0..100, mapped to 1..5);
 - consistency: the share of the prediction's words that appear in the history or the action;
@@ -68,6 +69,39 @@ def _kind(text: str) -> str:
     return {"{": "object", "[": "list"}.get(head, "text")
 
 
+def _profile(text: str) -> list[float]:
+    """The shares of letters, digits, whitespace, punctuation and anything else in `text`."""
+    counts = [0, 0, 0, 0, 0]
+    for ch in text:
+        if ch.isalpha():
+            counts[0] += 1
+        elif ch.isdigit():
+            counts[1] += 1
+        elif ch.isspace():
+            counts[2] += 1
+        elif ch.isascii() and ch.isprintable():
+            counts[3] += 1
+        else:
+            counts[4] += 1
+    total = max(1, len(text))
+    return [c / total for c in counts]
+
+
+def _format(prediction: str, reference: str) -> int:
+    kind = _kind(reference)
+    if kind != "text":
+        try:
+            parsed = json.loads(prediction)
+        except ValueError:
+            return 2 if _kind(prediction) == kind else 1
+        return 5 if _kind(json.dumps(parsed)) == kind else 3
+    lines_p, lines_r = prediction.count("\n") + 1, reference.count("\n") + 1
+    lines = min(lines_p, lines_r) / max(lines_p, lines_r)
+    shares = zip(_profile(prediction), _profile(reference), strict=True)
+    mix = 1 - 0.5 * sum(abs(a - b) for a, b in shares)
+    return _scale((lines + mix) / 2)
+
+
 def _overlap(prediction: str, context: str) -> float:
     words = _WORD.findall(prediction.lower())
     if not words:
@@ -90,7 +124,7 @@ def score(
         realism = 1 if empty else (4 if 1 <= len(prediction) <= 4000 else 2)
         scores = {"consistency": consistency, "realism": realism}
     else:
-        fmt = 1 if empty else (5 if _kind(prediction) == _kind(reference) else 3)
+        fmt = 1 if empty else _format(prediction, reference)
         factual = 1 if empty else _scale(_factuality(prediction, reference))
         longer = max(len(prediction), len(reference), 1)
         realism = 1 if empty else _scale(min(len(prediction), len(reference)) / longer)

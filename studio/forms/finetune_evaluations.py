@@ -10,7 +10,12 @@ from django import forms
 
 from studio.models import DOMAINS, FineTuneRun, ModelEndpoint, Project
 from studio.services.evaluations import MAX_SAMPLES_PER_DOMAIN
-from studio.services.finetune_evaluations import FineTuneEvaluationData, judges, offered
+from studio.services.finetune_evaluations import (
+    COMPARISONS,
+    FineTuneEvaluationData,
+    judges,
+    unavailable,
+)
 
 
 class FineTuneEvaluationForm(forms.Form):
@@ -47,9 +52,22 @@ class FineTuneEvaluationForm(forms.Form):
         judge_field = cast(forms.ModelChoiceField, self.fields["judge"])
         judge_field.queryset = judges(project)
         sources_field = cast(forms.MultipleChoiceField, self.fields["sources"])
-        choices = offered(finetune, project)
-        sources_field.choices = list(choices.items())
-        sources_field.initial = list(choices)
+        # every comparison is a valid value (one not offered is refused with why, in
+        # clean_sources); the boxes are the offered ones
+        self.unavailable = unavailable(finetune, project)
+        choices = [(s, label) for s, label in COMPARISONS.items() if s not in self.unavailable]
+        sources_field.choices = list(COMPARISONS.items())
+        sources_field.widget.choices = choices
+        sources_field.initial = [s for s, _ in choices]
+
+    def clean_sources(self) -> list[str]:
+        sources = list(self.cleaned_data["sources"])
+        refused = [s for s in COMPARISONS if s in sources and s in self.unavailable]
+        if refused:
+            raise forms.ValidationError(
+                "; ".join(f"{COMPARISONS[s]}: {self.unavailable[s]}" for s in refused) + "."
+            )
+        return sources
 
     def data_object(self) -> FineTuneEvaluationData:
         c = self.cleaned_data

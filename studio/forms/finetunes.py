@@ -72,7 +72,9 @@ class FineTuneForm(forms.Form):
         max_value=service.MAX_MAX_LENGTH,
         initial=2048,
         label="Max length",
-        help_text="Tokens per row at most (prompt and completion; longer rows are cut).",
+        help_text="Tokens per row at most (prompt and completion). A longer row keeps its "
+        "most recent turns: the earliest turns of its history are left out; a row whose own "
+        "turn is longer is left out and counted.",
     )
     max_steps = forms.IntegerField(
         min_value=1,
@@ -127,13 +129,17 @@ class FineTuneForm(forms.Form):
         return self.versions.exists()
 
     def preselect_version(self, raw: str | None) -> None:
-        """A dataset version's "Fine-tune" button: its version chosen, its name suggested."""
+        """A dataset version's "Fine-tune" button: its version chosen, its name suggested (one
+        no fine-tune or model of the project has: "<dataset> vN fine-tune (2)" for the
+        second)."""
         if not raw or not str(raw).isdigit():
             return
         version = self.versions.filter(pk=int(raw)).first()
         if version is not None:
             self.initial["dataset_version"] = version.pk
-            self.initial["name"] = f"{version.dataset.name} v{version.number} fine-tune"[:200]
+            self.initial["name"] = service.default_run_name(
+                self.project, f"{version.dataset.name} v{version.number} fine-tune"
+            )
 
     def clean_base_path(self) -> str:
         path = (self.cleaned_data.get("base_path") or "").strip()

@@ -9,7 +9,16 @@ the training at the end of its step in flight (of its first step, when asked whi
 loads): the run is CANCELLED and keeps its checkpoint, from which Resume goes on
 (`resumed_from_step`). A worker task whose time is nearly up stops the same
 way and hands the rest to a new message of itself. An error fails the run with a message that
-names the phase and the cause."""
+names the phase and the cause: a failure of its settings or its data (`NothingToTrain`, or
+the trainer's ValueError before its first step: rows too long, nothing to train, a base model
+that does not load) is phase `not-trainable`, whose message says which setting to change in
+a new fine-tune (Resume would fail the same way, so it is not offered); any other failure
+(a lost worker, the time limit, an error while it trains) can be resumed.
+
+Beside the trainer's config, the row's `settings` gets "resumed_from" (the checkpoint step of
+every resume, written when the resumed run starts training) and "fit" (the rows trimmed or
+left out to fit max_length, once the trainer reports them): the model has no fields for
+them."""
 
 from __future__ import annotations
 
@@ -22,18 +31,54 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from inference.finetune import last_checkpoint
 from studio.jobs.dispatch import send_again
 from studio.jobs.runtime import JobMonitor, claim, finish
 from studio.models import FineTuneRun, JobStatus
+from studio.services import finetunes as service
 
 log = logging.getLogger(__name__)
 
 FINETUNE_TASK = "studio.run_finetune"
 WRITE_EVERY_S = 1.0  # progress and the loss curve go to the row at most this often
+MAX_DROPPED_SHOWN = 100  # the numbers of the rows left out that the row keeps
 
 
 class NothingToTrain(Exception):
-    """The version gives no training row (its message says why)."""
+    """The version gives no training row, or the settings cannot train (its message says
+    why; `change`: what a new fine-tune should change)."""
+
+    def __init__(self, message: str, *, change: str = "another dataset version"):
+        super().__init__(message)
+        self.change = change
+
+
+def change_for(exc: BaseException) -> str:
+    """What a new fine-tune should change, for the trainer's ValueError: the config field its
+    FineTuneInputError names (`field`), else the one its message starts with ("lora_rank:
+    ..."), else what the message speaks of ("max_length=...", "base model folder ...")."""
+    message = str(exc)
+    field = getattr(exc, "field", None) or message.split(":", 1)[0].strip()
+    if field == "max_length":
+        return "a larger max length (or a dataset version with shorter rows)"
+    if field in service.FIELD_WORDS:
+        return f"a different {service.FIELD_WORDS[field]}"
+    text = message.lower()
+    if "max_length" in text or "max length" in text:
+        return "a larger max length (or a dataset version with shorter rows)"
+    if "base model" in text or "tokenizer" in text:
+        return "another base model"
+    if text.startswith("row ") or "rows to train" in text:
+        return "another dataset version"
+    return "other settings"
+
+
+def not_trainable_message(exc: Exception, change: str) -> str:
+    reason = str(exc).rstrip(".")
+    return (
+        f"Not trained: {reason}. This comes from the fine-tune's settings or data, so Resume "
+        f"would fail the same way: start a new fine-tune with {change}."
+    )
 
 
 def training_rows(run: FineTuneRun) -> list[dict[str, Any]]:
@@ -80,6 +125,20 @@ def ensure_tiny_model(path: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def model_description(run: FineTuneRun) -> dict[str, Any]:
+    """The lineage the trainer writes into the model's card and studio_lineage.json (its
+    "name" also names the module in the card's serving lines)."""
+    return {
+        "name": run.name,
+        "fine_tune": f"#{run.pk} of AgentWorld Studio",
+        "project": run.project.name,
+        "dataset": run.dataset_name,
+        "dataset_version": run.version_number,
+        "held_out_trajectories": len(run.heldout_trajectory_ids or []),
+        "code_version": run.code_version,
+    }
+
+
 def task_deadline(message_id: str) -> float | None:
     """When a worker task hands over (None in the shell: no task time limit there)."""
     if not message_id or message_id.startswith("shell-"):
@@ -93,20 +152,56 @@ class Progress:
     """`on_progress` of the trainer: the row's step, progress, tokens, time and loss curve,
     given to the monitor at most every WRITE_EVERY_S (and at the last step)."""
 
-    def __init__(self, run: FineTuneRun, monitor: JobMonitor, report: Callable | None = None):
+    def __init__(
+        self,
+        run: FineTuneRun,
+        monitor: JobMonitor,
+        report: Callable | None = None,
+        *,
+        resumed_from: int | None = None,
+    ):
         self.monitor = monitor
         self.history: list[list[Any]] = [list(p) for p in (run.loss_history or [])]
         self.first_step: int | None = None
         self.last_write = 0.0
         self.report = report
         self.latest: dict[str, Any] = {}
+        # the step of the checkpoint this call goes on from (None: it starts afresh)
+        self.resumed_from = resumed_from
+        self.settings: dict[str, Any] = dict(run.settings or {})
+
+    def note_fit(self, source: Any) -> None:
+        """The rows trimmed / left out to fit max_length, as the trainer reports them (its
+        progress and its result): settings["fit"] = {"rows_trimmed": n, "rows_dropped": n,
+        "dropped": [row numbers, the first MAX_DROPPED_SHOWN]}."""
+        trimmed = getattr(source, "rows_trimmed", None)
+        dropped = getattr(source, "rows_dropped", None)
+        if trimmed is None or dropped is None:
+            return
+        numbers = [int(n) for n in dropped]
+        fit = {
+            "rows_trimmed": int(trimmed),
+            "rows_dropped": len(numbers),
+            "dropped": numbers[:MAX_DROPPED_SHOWN],
+        }
+        if fit != self.settings.get(service.FIT_KEY):
+            self.settings[service.FIT_KEY] = fit
+            self.monitor.set_job(settings=dict(self.settings))
 
     def __call__(self, p: Any) -> None:
+        self.note_fit(p)
         if self.first_step is None:
             # the model is loaded and its first step done: from here on it trains (unless
             # it was asked to stop meanwhile: the row says "cancelling" then)
             if not self.monitor.cancel_requested:
                 self.monitor.set_job(phase="training")
+            if self.resumed_from is not None:
+                # a resume: said from its first step on, and kept with every earlier one
+                steps = [int(s) for s in self.settings.get(service.RESUMES_KEY) or []]
+                self.settings[service.RESUMES_KEY] = [*steps, int(self.resumed_from)]
+                self.monitor.set_job(
+                    resumed_from_step=int(self.resumed_from), settings=dict(self.settings)
+                )
             # a resumed run: the curve of the steps it goes on from is kept, later ones dropped
             self.first_step = int(p.step)
             self.history = [h for h in self.history if int(h[0]) < self.first_step]
@@ -126,6 +221,8 @@ class Progress:
         if last or now - self.last_write >= WRITE_EVERY_S:
             self.last_write = now
             fields = {**self.latest, "loss_history": list(self.history)}
+            if self.history:  # the first loss is known from the first logged step on
+                fields["first_loss"] = float(self.history[0][1])
             if last:
                 fields["phase"] = "saving"
             self.monitor.set_job(**fields)
@@ -133,11 +230,19 @@ class Progress:
             self.report(p)
 
 
+def failed_fields(run: FineTuneRun, phase: str, exc: Exception) -> dict[str, Any]:
+    """A failure Resume may get past (it goes on from the last checkpoint)."""
+    log.exception("fine-tune %s failed", run.pk)
+    return {
+        "phase": "failed",
+        "error": f"The fine-tune failed while {phase} ({type(exc).__name__}): {exc}. "
+        "Resume goes on from its last checkpoint, if it saved one.",
+    }
+
+
 def run_finetune(run_id: int, message_id: str = "", *, report: Callable | None = None) -> None:
     """The body of the Celery task (and of `manage.py finetune`): claim, train, end.
     `report(progress)`: also told of every step (the command's bar)."""
-    from studio.services import finetunes as service
-
     deadline = task_deadline(message_id)
     run = claim(
         FineTuneRun,
@@ -152,8 +257,12 @@ def run_finetune(run_id: int, message_id: str = "", *, report: Callable | None =
     fields: dict[str, Any] = {}
     handed_over = False
     phase = "preparing"
+    # the checkpoint `train(resume=True)` goes on from, if any
+    checkpoint = last_checkpoint(service.run_folder(run))
     with JobMonitor(FineTuneRun, run.pk) as monitor:
-        progress = Progress(run, monitor, report)
+        progress = Progress(
+            run, monitor, report, resumed_from=checkpoint[1] if checkpoint else None
+        )
         try:
             from inference.finetune import FineTuneCancelled, train
 
@@ -165,7 +274,9 @@ def run_finetune(run_id: int, message_id: str = "", *, report: Callable | None =
             try:
                 config.validate()
             except ValueError as exc:
-                raise NothingToTrain(f"its settings are not valid: {exc}") from None
+                raise NothingToTrain(
+                    f"its settings are not valid: {exc}", change=change_for(exc)
+                ) from None
             phase = "training"  # (the row says so from its first step: `Progress`)
 
             def should_stop() -> bool:
@@ -185,8 +296,11 @@ def run_finetune(run_id: int, message_id: str = "", *, report: Callable | None =
                     on_progress=progress,
                     should_stop=should_stop,
                     resume=True,
+                    description=model_description(run),
                 )
             except FineTuneCancelled as stopped:
+                if stopped.elapsed_s is not None:  # the run's training time, resumes included
+                    progress.latest["train_s"] = float(stopped.elapsed_s)
                 if monitor.cancel_requested:
                     status = JobStatus.CANCELLED
                     fields = {"phase": "cancelled", "step": int(stopped.step)}
@@ -194,6 +308,7 @@ def run_finetune(run_id: int, message_id: str = "", *, report: Callable | None =
                     handed_over = True
             else:
                 phase = "saving"
+                progress.note_fit(result)
                 monitor.set_job(phase="saving")
                 service.register_model(run, str(result.result_dir))
                 history = progress.history or [
@@ -211,21 +326,38 @@ def run_finetune(run_id: int, message_id: str = "", *, report: Callable | None =
                     "final_loss": result.final_loss,
                     "loss_history": history,
                     "result_dir": str(result.result_dir),
-                    "resumed_from_step": result.resumed_from_step or run.resumed_from_step,
+                    "resumed_from_step": (
+                        result.resumed_from_step or progress.resumed_from or run.resumed_from_step
+                    ),
+                    "settings": dict(progress.settings),
                 }
         except NothingToTrain as exc:
-            status, fields = JobStatus.FAILED, {"phase": "failed", "error": f"Not trained: {exc}."}
-        except Exception as exc:  # noqa: BLE001 - the row says what went wrong
-            log.exception("fine-tune %s failed", run.pk)
             status = JobStatus.FAILED
             fields = {
-                "phase": "failed",
-                "error": f"The fine-tune failed while {phase} ({type(exc).__name__}): {exc}. "
-                "Resume goes on from its last checkpoint, if it saved one.",
+                "phase": service.NOT_TRAINABLE,
+                "error": not_trainable_message(exc, exc.change),
             }
+        except ValueError as exc:
+            if progress.first_step is not None:  # it trained: not its settings (see below)
+                status, fields = JobStatus.FAILED, failed_fields(run, phase, exc)
+            else:
+                # the trainer refused the rows or the settings before its first step
+                log.info("fine-tune %s not trained: %s", run.pk, exc)
+                status = JobStatus.FAILED
+                fields = {
+                    "phase": service.NOT_TRAINABLE,
+                    "error": not_trainable_message(exc, change_for(exc)),
+                }
+        except Exception as exc:  # noqa: BLE001 - the row says what went wrong
+            status, fields = JobStatus.FAILED, failed_fields(run, phase, exc)
     if status != JobStatus.SUCCEEDED or handed_over:
         # what the trainer reached, and the curve so far, are kept for Resume
-        fields = {**progress.latest, "loss_history": progress.history, **fields}
+        fields = {
+            **progress.latest,
+            "loss_history": progress.history,
+            "settings": dict(progress.settings),
+            **fields,
+        }
         if progress.history:
             fields["first_loss"] = progress.history[0][1]
     mine = FineTuneRun.objects.filter(pk=run.pk, status=JobStatus.RUNNING, claimed_by=message_id)

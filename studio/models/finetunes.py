@@ -50,7 +50,9 @@ class FineTuneRun(JobBase):
     max_length = models.PositiveIntegerField(default=2048)
     seed = models.PositiveBigIntegerField(default=0)
     # Everything the trainer was given (inference.finetune.FineTuneConfig as a dict) and the
-    # code it ran with (the studio's version and git commit where known): the lineage.
+    # code it ran with (the studio's version and git commit where known): the lineage. Also
+    # "fit" (rows trimmed to max_length / left out, from the trainer) and "resumed_from"
+    # (the step of each resume), written by the job.
     settings = models.JSONField(default=dict, blank=True)
     code_version = models.CharField(max_length=100, blank=True)
     # The split fixed at creation: held-out recorded trajectory ids (never trained on) and
@@ -63,7 +65,8 @@ class FineTuneRun(JobBase):
     result_dir = models.CharField(max_length=1000, blank=True)  # the adapter (or full model)
     queue = models.CharField(max_length=50, default="gpu")
     cancel_requested = models.BooleanField(default=False)
-    # queued, preparing (rows built), training, saving, done
+    # queued, preparing (rows built), training, saving, done; cancelled; not-trainable (its
+    # settings or data cannot train: it failed, and Resume would fail the same way)
     phase = models.CharField(max_length=20, default="queued")
     progress = models.FloatField(default=0.0)
     examples = models.PositiveIntegerField(default=0)  # training rows built from the version

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from studio.presenters.tree import plotly_text
+from studio.services.finetunes import FIT_KEY, NOT_TRAINABLE, RESUMES_KEY, RUN_KEYS
 
 CONFIG = {"displaylogo": False, "responsive": True}
 STATUS_WORDS = {
@@ -26,13 +27,80 @@ PHASE_WORDS = {
     "cancelling": "stopping at the next step",
     "cancelled": "stopped; its checkpoint is kept",
     "failed": "failed",
+    NOT_TRAINABLE: "not trained: its settings or data",
 }
+# The phases that say more than the status, shown while the run is queued or running
+# ("Done", "Failed", "Cancelled", "Cancelling…" say the rest).
+LIVE_PHASES = ("queued", "preparing", "training", "saving")
 
 
 def status_text(run: Any) -> str:
     if run.cancel_requested and not run.is_finished:
         return "Cancelling…"
     return STATUS_WORDS.get(run.status, run.status)
+
+
+def phase_text(run: Any) -> str:
+    """The phase in words while it says something the status does not, else ""."""
+    if run.is_finished or run.cancel_requested or run.phase not in LIVE_PHASES:
+        return ""
+    return PHASE_WORDS[run.phase]
+
+
+def fit_text(run: Any) -> str:
+    """How many rows were fitted into max_length ("" until the trainer said)."""
+    fit = (run.settings or {}).get(FIT_KEY) or {}
+    if not isinstance(fit, dict) or not fit:
+        return ""
+    trimmed, dropped = int(fit.get("rows_trimmed") or 0), int(fit.get("rows_dropped") or 0)
+    if not trimmed and not dropped:
+        return f"every row fits in max length {run.max_length}"
+    parts = []
+    if trimmed:
+        parts.append(
+            f"{trimmed} row{'s' if trimmed != 1 else ''} trimmed to max length "
+            f"{run.max_length} (the earliest turns of {'their' if trimmed != 1 else 'its'} "
+            "history left out)"
+        )
+    if dropped:
+        numbers = [int(n) for n in fit.get("dropped") or []]
+        shown = ", ".join(map(str, numbers[:10])) + (", …" if dropped > len(numbers[:10]) else "")
+        parts.append(
+            f"{dropped} row{'s' if dropped != 1 else ''} left out "
+            f"({'their' if dropped != 1 else 'its'} own turn is longer than "
+            f"{run.max_length} tokens{f'; row {shown}' if numbers else ''})"
+        )
+    return "; ".join(parts)
+
+
+def resumes(run: Any) -> list[int]:
+    """The checkpoint step of every resume, in order."""
+    steps = (run.settings or {}).get(RESUMES_KEY) or []
+    out = [int(s) for s in steps if isinstance(s, int) or str(s).isdigit()]
+    if not out and run.resumed_from_step is not None:  # a row from before the list
+        out = [int(run.resumed_from_step)]
+    return out
+
+
+def resumes_text(run: Any) -> str:
+    return ", then ".join(f"resumed from step {s}" for s in resumes(run))
+
+
+def trainer_settings(run: Any) -> list[tuple[str, Any]]:
+    """What the trainer was given (the row's settings less the job's own keys, RUN_KEYS)."""
+    return [(k, v) for k, v in (run.settings or {}).items() if k not in RUN_KEYS]
+
+
+def training_text(run: Any) -> str:
+    """The Training row's length: "at most N optimizer steps" when max steps is set (the
+    trainer then stops there whatever the epochs), else the epochs."""
+    max_steps = (run.settings or {}).get("max_steps")
+    if max_steps:
+        n = int(max_steps)
+        return f"at most {n} optimizer step{'s' if n != 1 else ''}"
+    epochs = float(run.epochs)
+    shown = f"{epochs:g}"
+    return f"{shown} epoch{'' if epochs == 1 else 's'}"
 
 
 def loss_text(value: Any) -> str:
@@ -123,8 +191,10 @@ def serve_commands(run: Any) -> dict[str, str]:
     folder = run.result_dir
     if not folder or run.method != "lora":
         return {}
-    name = re.sub(r"[^A-Za-z0-9_-]+", "-", str(run.name)).strip("-")
-    name = name[:60] or f"finetune-{run.pk}"
+    # named after the registered model, whose name is unique in the project
+    endpoint = getattr(run, "endpoint", None) if getattr(run, "endpoint_id", None) else None
+    label = endpoint.name if endpoint is not None else str(run.name)
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", label).strip("-") or f"finetune-{run.pk}"
     return {
         "vllm": f"vllm serve {run.base_model} --enable-lora --lora-modules {name}={folder}",
         "sglang": (
@@ -139,7 +209,11 @@ def run_view(run: Any) -> dict[str, Any]:
     total = int(run.total_steps or 0)
     return {
         "status_text": status_text(run),
-        "phase_text": PHASE_WORDS.get(run.phase, run.phase),
+        "phase_text": phase_text(run),
+        "fit_text": fit_text(run),
+        "resumes_text": resumes_text(run),
+        "training_text": training_text(run),
+        "trainer_settings": trainer_settings(run),
         "figure": loss_figure(run),
         "points": len(points),
         "last_loss": loss_text(points[-1][1] if points else None),

@@ -21,6 +21,7 @@ from studio.services.evaluations import (
     LeaderRow,
     is_full_benchmark,
 )
+from studio.services.finetune_evaluations import SCRIPTED_JUDGE_NOTE, judged_by_script, model_name
 
 LABELS = {
     "mcp": "MCP", "search": "Search", "terminal": "Terminal", "swe": "SWE",
@@ -133,6 +134,7 @@ def published_note(groups: list[LeaderGroup]) -> str:
 def _row_view(row: LeaderRow) -> dict[str, Any]:
     return {
         "row": row,
+        "model": model_name(row.run) if row.run is not None else row.note,
         "cells": [
             {
                 "column": c,
@@ -145,14 +147,37 @@ def _row_view(row: LeaderRow) -> dict[str, Any]:
     }
 
 
+def scripted_note(group: LeaderGroup) -> str:
+    """A group some of whose runs the demo's scripted judge scored: which, and that their
+    figures are text measurements, not judgements ("" when none)."""
+    scripted = [run for run in group.runs if judged_by_script(run)]
+    if not scripted:
+        return ""
+    if len(scripted) == len(group.runs):
+        return run_scripted_note(scripted[0])
+    names = ", ".join(run.name for run in scripted)
+    return f"{names}: {SCRIPTED_JUDGE_NOTE}."
+
+
+def run_scripted_note(run: EvaluationRun) -> str:
+    """A run the demo's scripted judge scored: that its figures are text measurements."""
+    return (
+        SCRIPTED_JUDGE_NOTE[0].upper() + SCRIPTED_JUDGE_NOTE[1:] + "."
+        if judged_by_script(run)
+        else ""
+    )
+
+
 def table(groups: list[LeaderGroup]) -> list[dict[str, Any]]:
-    """One part per group: its heading, a note (the published group), its rows."""
+    """One part per group: its heading, a note (the published group), one for runs the
+    scripted demo judge scored, its rows (each with the model: its endpoint's name)."""
     note = published_note(groups)
     return [
         {
             "group": group,
             "heading": group_heading(group),
             "note": note if group.published else "",
+            "scripted_note": scripted_note(group),
             "lines": [_row_view(row) for row in group.rows],
         }
         for group in groups
@@ -210,6 +235,8 @@ def as_markdown(groups: list[LeaderGroup]) -> str:
         lines = [f"### {_md(group_heading(group))}", ""]
         if group.published and note:
             lines += [f"> {_md(note)}", ""]
+        if scripted_note(group):
+            lines += [f"> {_md(scripted_note(group))}", ""]
         lines += ["| " + " | ".join(head) + " |", "|" + "|".join(":---:" for _ in head) + "|"]
         for row in group.rows:
             source = "published" if row.run is None else f"measured (run {row.run.pk})"

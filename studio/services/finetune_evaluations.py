@@ -18,6 +18,7 @@ from django.db.models.fields.json import KT
 
 from inference.judge import DIMENSIONS
 from inference.scoring import COLUMNS, normalise, valid_values
+from studio.demo_data.scripted_judge import JUDGE_MODEL as SCRIPTED_JUDGE
 from studio.models import (
     DOMAINS,
     EndpointRole,
@@ -28,6 +29,7 @@ from studio.models import (
     ModelEndpoint,
     Project,
     SampleStage,
+    Trajectory,
 )
 from studio.services import job_limits
 from studio.services.evaluations import (
@@ -38,14 +40,31 @@ from studio.services.evaluations import (
     _number,
     benchmark_files,
 )
+from studio.services.finetunes import recorded_trajectories
 
-# The comparisons a fine-tune is evaluated on, in the order the page shows them.
+# The comparisons a fine-tune is evaluated on, in the order the page shows them; how its
+# runs' names say which one they are.
 COMPARISONS = {
     HELDOUT: "Held-out trajectories",
     "benchmark": "AgentWorldBench",
 }
+RUN_SOURCE_NAMES = {HELDOUT: "held-out", "benchmark": "AgentWorldBench"}
 SIDES = {"base": "Base", "tuned": "Fine-tuned"}
 NO_BENCHMARK = "import an AgentWorldBench file to compare on the benchmark"
+BENCHMARK_TRAINED_ON = (
+    "every AgentWorldBench trajectory imported here was trained on: none is left to compare on"
+)
+ALL_TRAINED_ON = "every recorded trajectory of the project was trained on: nothing is held out"
+NONE_HELD_OUT = "this fine-tune holds out no trajectory: none was set aside when it was made"
+# the demo's rules-based judge (studio.demo_data.scripted_judge): its figures are not judged
+SCRIPTED_JUDGE_NOTE = (
+    "judged by the scripted demo judge: text overlap measurements, not a model's judgement"
+)
+
+
+def judged_by_script(*runs: EvaluationRun | None) -> bool:
+    """Whether any of the runs was judged by the demo's scripted judge (rules, not a model)."""
+    return any(run is not None and run.judge_model == SCRIPTED_JUDGE for run in runs)
 
 
 class EvaluationRefused(Exception):
@@ -74,24 +93,65 @@ def judges(project: Project) -> Any:
     ).order_by("-is_default", "name")
 
 
-def offered(run: FineTuneRun | None, project: Project) -> dict[str, str]:
-    """The comparisons the fine-tune can be evaluated on: its held-out split when it has
-    trajectories, the benchmark when the project has AgentWorldBench trajectories."""
+def unavailable(run: FineTuneRun | None, project: Project) -> dict[str, str]:
+    """The comparisons the fine-tune cannot be evaluated on, each with why: held-out when
+    it holds out no trajectory, the benchmark when the project has no AgentWorldBench
+    trajectory it did not train on."""
+    trained = list(run.train_trajectory_ids or []) if run is not None else []
     found: dict[str, str] = {}
-    if run is not None and run.heldout_trajectory_ids:
-        found[HELDOUT] = COMPARISONS[HELDOUT]
-    if benchmark_files(project):
-        found["benchmark"] = COMPARISONS["benchmark"]
+    if run is None or not run.heldout_trajectory_ids:
+        recorded = set(recorded_trajectories(project))
+        everything = run is not None and bool(recorded) and recorded <= set(trained)
+        found[HELDOUT] = ALL_TRAINED_ON if everything else NONE_HELD_OUT
+    if not benchmark_files(project):
+        found["benchmark"] = NO_BENCHMARK
+    elif (
+        trained
+        and not Trajectory.objects.filter(project=project, source_format="agentworldbench")
+        .exclude(source_file="")
+        .exclude(pk__in=trained)
+        .exists()
+    ):
+        found["benchmark"] = BENCHMARK_TRAINED_ON
     return found
+
+
+def offered(run: FineTuneRun | None, project: Project) -> dict[str, str]:
+    """The comparisons the fine-tune can be evaluated on (those `unavailable` leaves)."""
+    left_out = unavailable(run, project)
+    return {s: label for s, label in COMPARISONS.items() if s not in left_out}
+
+
+def status_refusal(run: FineTuneRun) -> str:
+    """Why a fine-tune that has not succeeded cannot be evaluated yet, for its status
+    ("" once it succeeded)."""
+    lead = "Evaluate is offered once this fine-tune has succeeded; "
+    if run.status == JobStatus.SUCCEEDED:
+        return ""
+    if run.status == JobStatus.QUEUED:
+        return lead + "it is queued and has not started training yet."
+    if run.status == JobStatus.RUNNING:
+        if run.cancel_requested:
+            return lead + "it is being cancelled."
+        return lead + "it is still training."
+    if run.status == JobStatus.FAILED:
+        reason = (run.error or "").strip().splitlines()
+        said = reason[0].rstrip(".") if reason else "no reason was recorded"
+        if len(said) > 300:
+            said = said[:299] + "…"
+        if run.phase == "not-trainable":  # its settings or data cannot train: no Resume
+            return lead + f"it failed: {said}. A new fine-tune with other settings can be started."
+        return lead + f"it failed: {said}. It can be resumed, or another started."
+    if run.status == JobStatus.CANCELLED:
+        return lead + "it was cancelled: it can be resumed, or another started."
+    return lead + f"it is {run.get_status_display().lower()}."
 
 
 def refusal(run: FineTuneRun) -> str:
     """Why the fine-tune cannot be evaluated now ("" when it can)."""
-    if run.status != JobStatus.SUCCEEDED:
-        return (
-            f"The fine-tune has not succeeded (it is {run.get_status_display().lower()}): "
-            "it can be evaluated once it has."
-        )
+    message = status_refusal(run)
+    if message:
+        return message
     if run.base_endpoint_id is None:
         return (
             "No base model is registered for this fine-tune, so there is nothing to compare it "
@@ -108,6 +168,27 @@ def refusal(run: FineTuneRun) -> str:
     return ""
 
 
+def run_name(finetune: FineTuneRun, side: str, source: str, model: ModelEndpoint) -> str:
+    """A run's name: the model's (its endpoint's name), then which fine-tune, side and
+    comparison it is, e.g. "tiny (base) (base of fine-tune #4, held-out)"."""
+    which = f"fine-tune #{finetune.pk}, {RUN_SOURCE_NAMES.get(source, source)}"
+    suffix = f" (base of {which})" if side == "base" else f" ({which})"
+    return model.name[: 200 - len(suffix)] + suffix
+
+
+def model_name(run: EvaluationRun | None) -> str:
+    """The model a run scored, by its endpoint's name (a path is no name); without the
+    endpoint, the model it recorded (a path's last part)."""
+    if run is None:
+        return ""
+    if run.world_endpoint_id is not None and run.world_endpoint is not None:
+        return run.world_endpoint.name
+    model = run.world_model or run.world_kind
+    if "/" in model and (model.startswith(("/", "~", ".")) or model.count("/") > 1):
+        return model.rstrip("/").rsplit("/", 1)[-1] or model
+    return model
+
+
 def start_finetune_evaluation(
     run: FineTuneRun, user: Any, data: FineTuneEvaluationData
 ) -> list[EvaluationRun]:
@@ -119,13 +200,14 @@ def start_finetune_evaluation(
         raise EvaluationRefused(message)
     project = run.project
     wanted = [s for s in COMPARISONS if s in data.sources]
-    missing = [s for s in wanted if s not in offered(run, project)]
-    if not wanted or missing:
+    left_out = unavailable(run, project)
+    missing = [s for s in wanted if s in left_out]
+    if missing:
         raise EvaluationRefused(
-            "Pick a comparison this fine-tune offers"
-            + (f" ({NO_BENCHMARK})" if "benchmark" in missing else "")
-            + "."
+            "; ".join(f"{COMPARISONS[s]}: {left_out[s]}" for s in missing) + "."
         )
+    if not wanted:
+        raise EvaluationRefused("Pick a comparison this fine-tune offers.")
     assert run.base_endpoint is not None and run.endpoint is not None  # refusal() saw to it
     batch = uuid.uuid4().hex[:12]
     made = []
@@ -133,9 +215,8 @@ def start_finetune_evaluation(
         job_limits.check_room(project.pk, adding=2 * len(wanted))
         for source in wanted:
             for side, model in (("base", run.base_endpoint), ("tuned", run.endpoint)):
-                name = f"{run.name} · {SIDES[side].lower()} · {COMPARISONS[source]}"
                 evaluation = EvaluationData(
-                    name=name[:200],
+                    name=run_name(run, side, source, model),
                     world=model,
                     judge=data.judge,
                     source=source,
@@ -251,6 +332,23 @@ class Comparison:
         return [r for r in (self.base, self.tuned) if r is not None]
 
     @property
+    def base_model(self) -> str:
+        return model_name(self.base)
+
+    @property
+    def tuned_model(self) -> str:
+        return model_name(self.tuned)
+
+    @property
+    def scripted(self) -> bool:
+        """Judged (on either side) by the demo's scripted judge, not a model."""
+        return judged_by_script(self.base, self.tuned)
+
+    @property
+    def scripted_note(self) -> str:
+        return SCRIPTED_JUDGE_NOTE if self.scripted else ""
+
+    @property
     def same_samples(self) -> bool:
         """Both drew the same sample set (their digests are equal)."""
         if self.base is None or self.tuned is None or not self.base.sample_set:
@@ -339,13 +437,20 @@ def lineage(finetune: FineTuneRun) -> list[tuple[str, str]]:
     method = finetune.get_method_display()
     if finetune.method == "lora":
         method += f" (rank {finetune.lora_rank}, alpha {finetune.lora_alpha})"
+    # a step limit overrides the epochs (the trainer stops at max_steps whatever they make)
+    max_steps = (finetune.settings or {}).get("max_steps")
+    training = (
+        ("Training", f"at most {max_steps} step{'s' if max_steps != 1 else ''}")
+        if max_steps
+        else ("Epochs", f"{finetune.epochs:g}")
+    )
     base = finetune.base_model
     if finetune.base_endpoint is not None:
         base = f"{finetune.base_endpoint.name} ({finetune.base_model})"
     return [
         ("Dataset", f"{finetune.dataset_name} v{finetune.version_number}"),
         ("Method", method),
-        ("Epochs", f"{finetune.epochs:g}"),
+        training,
         ("Learning rate", f"{finetune.learning_rate:g}"),
         ("Seed", str(finetune.seed)),
         ("Code version", finetune.code_version or "not recorded"),
@@ -361,15 +466,21 @@ def evaluation_context(run: FineTuneRun, membership: Membership, form: Any = Non
     project = run.project
     found = comparisons(run)
     runs = [r for c in found for r in c.runs]
+    left_out = unavailable(run, project)
     return {
         "ft_eval": {
             "finetune": run,
+            "label": f"#{run.pk} {run.name}",
             "can_edit": membership.can_edit,
+            # the fine-tune is not done: the section shows why (to everyone) and is fetched
+            # again when the run page says it ended ("finetune-ended")
+            "not_done": status_refusal(run),
             "refusal": refusal(run),
             "form": form or FineTuneEvaluationForm(project=project, finetune=run),
             "has_judge": judges(project).exists(),
-            "offered": offered(run, project),
-            "no_benchmark": "" if benchmark_files(project) else NO_BENCHMARK,
+            "offered": {s: c for s, c in COMPARISONS.items() if s not in left_out},
+            "no_heldout": left_out.get(HELDOUT, ""),
+            "no_benchmark": left_out.get("benchmark", ""),
             "comparisons": found,
             "running": any(not r.is_finished for r in runs),
             "trained_on": len(run.train_trajectory_ids or []),

@@ -47,6 +47,15 @@ TINY_FOLDER = "tiny-qwen3_5_moe"
 DEFAULT_HELDOUT = 20
 MAX_HELDOUT = 10_000
 ROOT = Path(__file__).resolve().parents[2]
+# The phase of a run that failed on its settings or its data (the trainer's ValueError before
+# its first step, or `NothingToTrain`): Resume would fail the same way, so none is offered.
+NOT_TRAINABLE = "not-trainable"
+# Keys of `FineTuneRun.settings` the job adds beside the trainer's config (no field of their
+# own): "fit", how many rows were trimmed or left out to fit max_length, once known; and
+# "resumed_from", the checkpoint step of every resume, in order.
+FIT_KEY = "fit"
+RESUMES_KEY = "resumed_from"
+RUN_KEYS = (FIT_KEY, RESUMES_KEY)
 
 
 # the trainer's field names (`FineTuneConfig.validate`'s messages) in the form's words
@@ -249,20 +258,35 @@ def trainer_config(settings_dict: dict[str, Any]) -> FineTuneConfig:
     return FineTuneConfig.from_dict(settings_dict)
 
 
-def unique_endpoint_name(project: Project, wanted: str) -> str:
-    """`wanted` (cut to the field's 100 characters), or with " (2)", " (3)"... when another
-    model of the project has that name."""
-    base = wanted.strip()[:100] or "model"
-    names = set(ModelEndpoint.objects.filter(project=project).values_list("name", flat=True))
-    if base not in names:
+def _unique_name(wanted: str, taken: set[str], limit: int = 100) -> str:
+    """`wanted` (cut to `limit` characters), or with " (2)", " (3)"... when `taken` has it."""
+    base = wanted.strip()[:limit] or "model"
+    if base not in taken:
         return base
     n = 2
     while True:
         suffix = f" ({n})"
-        candidate = base[: 100 - len(suffix)] + suffix
-        if candidate not in names:
+        candidate = base[: limit - len(suffix)] + suffix
+        if candidate not in taken:
             return candidate
         n += 1
+
+
+def unique_endpoint_name(project: Project, wanted: str) -> str:
+    """`wanted` (cut to the field's 100 characters), or with " (2)", " (3)"... when another
+    model of the project has that name."""
+    names = set(ModelEndpoint.objects.filter(project=project).values_list("name", flat=True))
+    return _unique_name(wanted, names)
+
+
+def default_run_name(project: Project, wanted: str) -> str:
+    """A name no fine-tune and no model of the project has (`wanted`, or with " (2)", " (3)"...;
+    at most an endpoint name's 100 characters): the run, the model it registers (named after
+    it), the leaderboard and the serving lines' module name then all differ from another
+    run's."""
+    taken = set(FineTuneRun.objects.filter(project=project).values_list("name", flat=True))
+    taken |= set(ModelEndpoint.objects.filter(project=project).values_list("name", flat=True))
+    return _unique_name(wanted, taken)
 
 
 def base_endpoint_for(project: Project, path: str, user: Any, *, tiny: bool) -> ModelEndpoint:
@@ -341,16 +365,29 @@ def cancel_finetune(run: FineTuneRun) -> None:
     request_cancel(FineTuneRun, run.pk)
 
 
+def failed_on_its_settings(run: FineTuneRun) -> bool:
+    """It failed on its settings or its data (rows too long, nothing to train, a base model
+    that does not load...): Resume would fail the same way."""
+    return run.status == JobStatus.FAILED and run.phase == NOT_TRAINABLE
+
+
 def resumable(run: FineTuneRun) -> bool:
-    return run.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+    """Cancelled, or failed on anything but its settings or data (a lost worker, the time
+    limit, an error while it trained)."""
+    return run.status in (JobStatus.FAILED, JobStatus.CANCELLED) and not failed_on_its_settings(run)
 
 
 def resume_finetune(run: FineTuneRun) -> bool:
-    """A failed or cancelled run back to queued (the caller enqueues it, in the same
-    transaction): it goes on from its last checkpoint. False when it had not stopped."""
+    """A resumable run (`resumable`) back to queued (the caller enqueues it, in the same
+    transaction): it goes on from its last checkpoint. False when it had not stopped, or
+    failed on its settings or data."""
     from studio.services.jobs import reopen
 
-    return reopen(FineTuneRun, run.pk)
+    with transaction.atomic():
+        row = FineTuneRun.objects.select_for_update().filter(pk=run.pk).first()
+        if row is None or not resumable(row):
+            return False
+        return reopen(FineTuneRun, run.pk)
 
 
 def register_model(run: FineTuneRun, result_dir: str) -> ModelEndpoint:

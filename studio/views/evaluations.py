@@ -27,7 +27,9 @@ from studio.tasks import enqueue_evaluation
 def _get_run_for_user(
     request: HtmxHttpRequest, pk: int, *, edit: bool = False
 ) -> tuple[EvaluationRun, Membership]:
-    run = get_object_or_404(EvaluationRun.objects.select_related("project"), pk=pk)
+    run = get_object_or_404(
+        EvaluationRun.objects.select_related("project", "world_endpoint"), pk=pk
+    )
     _, membership = get_project_for_user(request, run.project_id, edit=edit)
     return run, membership
 
@@ -88,6 +90,7 @@ def _run_context(run: EvaluationRun, membership: Membership) -> dict:
         "dimensions": service.DIMENSION_COLUMNS,
         "can_edit": membership.can_edit,
         "sample_set": board.sample_set_view(run),
+        "scripted_note": board.run_scripted_note(run),
     }
 
 

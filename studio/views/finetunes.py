@@ -19,7 +19,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import path
 from django.views.decorators.http import require_http_methods, require_POST
-from django_htmx.http import HttpResponseStopPolling
+from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
 from inference.simulation.request import InvalidRequest
 from studio.access import get_project_for_user, require_edit
@@ -34,6 +34,13 @@ from studio.services.finetune_evaluations import evaluation_context
 from studio.tasks import enqueue_finetune
 
 ANNOTATOR_REFUSAL = "Annotators can see fine-tunes and their results but not run them."
+# The client event of the live part's last answer (the run ended): the evaluation section
+# (its own view, `finetune_evaluations`) refreshes once on it
+FINETUNE_ENDED = "finetune-ended"
+NOTHING_HELD_OUT = (
+    "No recorded trajectory is left out of training, so the held-out comparison will have no "
+    "samples."
+)
 # The field a service's message names first ("LoRA rank: ...") on the form
 FIELD_OF_PREFIX = {
     "name": "name",
@@ -70,9 +77,9 @@ def _get_finetune_for_user(
 def finetune_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project, membership = get_project_for_user(request, project_id)
     runs = list(
-        FineTuneRun.objects.filter(project=project).select_related("dataset_version", "endpoint")[
-            :200
-        ]
+        FineTuneRun.objects.filter(project=project).select_related(
+            "dataset_version", "endpoint", "base_endpoint"
+        )[:200]
     )
     for run in runs:
         run.view = present.run_view(run)  # type: ignore[attr-defined]
@@ -117,6 +124,8 @@ def finetune_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
                     request,
                     f"Started fine-tune {run.name!r} on {run.dataset_name} v{run.version_number}.",
                 )
+                if not run.heldout_trajectory_ids:
+                    messages.warning(request, NOTHING_HELD_OUT)
                 return redirect("finetune_page", run_id=run.pk)
     return render(
         request,
@@ -135,6 +144,8 @@ def _context(run: FineTuneRun, membership: Membership) -> dict[str, Any]:
         "can_edit": membership.can_edit,
         "can_cancel": not run.is_finished,
         "can_resume": service.resumable(run),
+        "failed_on_settings": service.failed_on_its_settings(run),
+        "nothing_held_out": NOTHING_HELD_OUT,
         "adapter_ready": bool(run.result_dir) and Path(run.result_dir).is_dir(),
         **present.run_view(run),
         **evaluation_context(run, membership),
@@ -146,7 +157,10 @@ def finetune_page(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
     context = _context(run, membership)
     if request.htmx:
         html = render_to_string("finetunes/run.html#live", context, request=request)
-        return HttpResponseStopPolling(html) if context["done"] else HttpResponse(html)
+        if not context["done"]:
+            return HttpResponse(html)
+        # the last answer: the evaluation section, which said the run was going, refreshes
+        return trigger_client_event(HttpResponseStopPolling(html), FINETUNE_ENDED)
     return render(request, "finetunes/run.html", context)
 
 
@@ -172,6 +186,12 @@ def finetune_resume(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
         run.refresh_from_db()
         enqueue_finetune(run)
         messages.success(request, "Resumed: the training goes on from its last checkpoint.")
+    elif service.failed_on_its_settings(run):
+        messages.error(
+            request,
+            f"Fine-tune {run.pk} failed on its settings or data: Resume would fail the same way. "
+            "Start a new fine-tune with the setting its message names changed.",
+        )
     else:
         messages.error(
             request,

@@ -14,7 +14,9 @@ with one line saying what."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 import sys
 import threading
 import uuid
@@ -25,6 +27,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from studio.models import Dataset, DatasetVersion, EndpointRole, FineTuneRun, ModelEndpoint, Project
+from studio.services.finetunes import FineTuneData
+
+# the defaults a page's form starts from (`FineTuneData`), shown in --help
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(FineTuneData)}
 
 
 def _number(kind: type, flag: str):
@@ -59,17 +65,49 @@ class Command(BaseCommand):
         )
         parser.add_argument("--out", required=True, help="the folder for checkpoints and result")
         parser.add_argument("--project", help="project name (needed when several have the dataset)")
-        parser.add_argument("--method", default="lora", help="lora (default) or full")
-        parser.add_argument("--rank", default="8", help="LoRA rank (8)")
-        parser.add_argument("--alpha", default="16", help="LoRA alpha (16)")
-        parser.add_argument("--targets", default="", help="LoRA modules, comma-separated")
-        parser.add_argument("--epochs", default="1", help="epochs (1)")
-        parser.add_argument("--lr", default="2e-4", help="learning rate (2e-4)")
-        parser.add_argument("--max-length", default="2048", help="tokens per row at most")
-        parser.add_argument("--max-steps", default=None, help="stop after this many steps")
-        parser.add_argument("--seed", default="0", help="seed of the training and the split")
-        parser.add_argument("--name", default="", help="the run's name")
-        parser.add_argument("--heldout", default="20", help="held-out trajectories (20)")
+        d = DEFAULTS
+        parser.add_argument(
+            "--method", default=str(d["method"]), help=f"lora or full (default: {d['method']})"
+        )
+        parser.add_argument(
+            "--rank", default=str(d["lora_rank"]), help=f"LoRA rank (default: {d['lora_rank']})"
+        )
+        parser.add_argument(
+            "--alpha",
+            default=str(d["lora_alpha"]),
+            help=f"LoRA alpha (default: {d['lora_alpha']})",
+        )
+        parser.add_argument(
+            "--targets", default="", help="LoRA modules, comma-separated (default: every linear)"
+        )
+        parser.add_argument(
+            "--epochs", default=f"{d['epochs']:g}", help=f"epochs (default: {d['epochs']:g})"
+        )
+        parser.add_argument(
+            "--lr",
+            default=f"{d['learning_rate']:g}",
+            help=f"learning rate (default: {d['learning_rate']:g})",
+        )
+        parser.add_argument(
+            "--max-length",
+            default=str(d["max_length"]),
+            help="tokens per row at most; a longer row leaves out its earliest turns "
+            f"(default: {d['max_length']})",
+        )
+        parser.add_argument(
+            "--max-steps", default=None, help="stop after this many steps (default: the epochs)"
+        )
+        parser.add_argument(
+            "--seed",
+            default=str(d["seed"]),
+            help=f"seed of the training and the split (default: {d['seed']})",
+        )
+        parser.add_argument("--name", default="", help="the run's name (default: from the dataset)")
+        parser.add_argument(
+            "--heldout",
+            default=str(d["heldout"]),
+            help=f"held-out trajectories (default: {d['heldout']})",
+        )
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def _version(self, o: dict[str, Any]) -> DatasetVersion:
@@ -198,9 +236,12 @@ class Command(BaseCommand):
             raise errors[0]
         run.refresh_from_db()
         if run.status == "failed":
-            raise CommandError(f"fine-tune {run.pk} failed: {run.error}")
+            raise _failure(run)
         if run.status == "cancelled":
-            raise CommandError(f"fine-tune {run.pk} was cancelled at step {run.step}")
+            raise CommandError(
+                f"fine-tune {run.pk} was cancelled at step {run.step}: the same command with "
+                f"--out {run.output_dir} goes on from its checkpoint"
+            )
         first = "-" if run.first_loss is None else f"{run.first_loss:.4f}"
         final = "-" if run.final_loss is None else f"{run.final_loss:.4f}"
         endpoint = run.endpoint.name if run.endpoint else "-"
@@ -227,3 +268,36 @@ FLAG_OF = {
     "max steps": "--max-steps",
     "held-out trajectories": "--heldout",
 }
+
+# the trainer's config fields (`inference.finetune.FineTuneInputError.field`) as flags
+FLAG_OF_FIELD = {
+    "base_model": "--base",
+    "method": "--method",
+    "lora_rank": "--rank",
+    "lora_alpha": "--alpha",
+    "lora_targets": "--targets",
+    "epochs": "--epochs",
+    "learning_rate": "--lr",
+    "max_length": "--max-length",
+    "seed": "--seed",
+    "max_steps": "--max-steps",
+}
+_FIELD_IN_TEXT = re.compile(r"\b(" + "|".join(FLAG_OF_FIELD) + r"): ")
+# a sentence of the job's message about the page's Resume (or about starting a new run there)
+_PAGE_ADVICE = re.compile(r"\s*[^.]*\b(Resume|resume|new fine-tune)\b[^.]*\.?\s*$")
+
+
+def _failure(run: FineTuneRun) -> CommandError:
+    """The one line a failed run ends the command with: the cause and the flag to change when
+    its settings or rows caused it (the job's message names the trainer's field); else the
+    run's error, with how to go on in the shell (the page's Resume is not the shell's)."""
+    text = _PAGE_ADVICE.sub("", run.error or "").strip() or "no message"
+    found = _FIELD_IN_TEXT.search(text)
+    if found:
+        return CommandError(f"{FLAG_OF_FIELD[found.group(1)]}: {text[found.start() :]}")
+    if text.startswith("Not trained:"):
+        return CommandError(f"fine-tune {run.pk} was not trained: {text[12:].strip()}")
+    return CommandError(
+        f"fine-tune {run.pk} failed: {text} (the same command with --out {run.output_dir} "
+        "goes on from its last checkpoint, if it saved one)"
+    )
