@@ -17,6 +17,7 @@ urlpatterns = [
     path("", include("studio.views.projects")),
     path("", include("studio.views.library")),
     path("", include("studio.views.trajectories")),
+    path("", include("studio.views.trajectory_find")),
     path("", include("studio.views.step_text")),
     path("", include("studio.views.imports")),
     path("", include("studio.views.simulation")),

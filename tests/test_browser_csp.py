@@ -84,6 +84,7 @@ NOT_PAGES = {
     "step_earlier": "htmx fragment: a long trajectory's earlier steps on an annotation page",
     "queue_annotators": "htmx fragment: a queue's annotator quality panel",
     "trajectory_live": "htmx fragment: a running episode's new steps, polled by its page",
+    "trajectory_find": "JSON: the find bar's hits in a trajectory (static/js/find.js)",
     "step_text": "text/plain, a step field whole (Show all: linked from texts over "
     "STUDIO_PAGE_FIELD_CHARS only; nothing in it for the policy to refuse)",
     "trajectory_text": "text/plain, a trajectory's task whole (Show all, as step_text)",

@@ -111,7 +111,7 @@ def test_rows_too_long_are_one_line_naming_the_flag_without_a_traceback(
             stdout=StringIO(),
         )
     message = str(refused.value)
-    assert message.startswith("--max-length: max_length: no row fits in 16 tokens")
+    assert message.startswith("--max-length: no row fits in 16 tokens")
     assert "raise max length to at least" in message
     assert "Resume" not in message and "resume" not in message
     assert not any(record.exc_info for record in caplog.records)

@@ -497,7 +497,8 @@ def test_the_section_says_in_words_why_a_fine_tune_not_succeeded_cannot_be_evalu
         ({"status": JobStatus.FAILED, "error": ""},
          "it failed: no reason was recorded. It can be resumed, or another started."),
         ({"status": JobStatus.FAILED, "phase": "not-trainable", "error": "Not trained: too long"},
-         "it failed: Not trained: too long. A new fine-tune with other settings can be started."),
+         "it could not train with its settings (the error is on this page): a new fine-tune "
+         "with other settings can be started."),
         ({"status": JobStatus.CANCELLED, "phase": "cancelled"},
          "it was cancelled: it can be resumed, or another started."),
     ]  # fmt: skip

@@ -164,10 +164,12 @@
   }
 
   // Show step n: scroll to it if loaded, load its emptied window, else replace the timeline
-  // by the window holding it.
-  function jumpTo(n) {
+  // by the window holding it. Resolves once the step is in the page (`scroll` false: the
+  // caller scrolls, e.g. the find bar to its hit).
+  function jumpTo(n, scroll) {
+    if (scroll === undefined) scroll = true;
     var total = parseInt(root.dataset.total, 10) || 0;
-    if (isNaN(n) || n < 0 || total === 0) return;
+    if (isNaN(n) || n < 0 || total === 0) return Promise.resolve(null);
     n = Math.min(n, total - 1);
     var el = document.getElementById("step-" + n);
     var url = new URL(window.location.href);
@@ -175,18 +177,25 @@
     url.hash = "step-" + n;
     history.replaceState(null, "", url.toString());
     if (el) {
-      highlight(el, true);
-      return;
+      highlight(el, scroll);
+      return Promise.resolve(el);
     }
     var start = n - (n % pageSize());
     var win = windowAt(start);
     var loading = win && win.classList.contains("placeholder")
       ? refill(win)
       : htmx.ajax("GET", stepsUrl(start), { source: "#steps", target: "#steps", swap: "innerHTML" });
-    loading.then(function () {
-      highlight(document.getElementById("step-" + n), true);
+    return loading.then(function () {
+      var shown = document.getElementById("step-" + n);
+      highlight(shown, scroll);
+      return shown;
     });
   }
+
+  // For the find bar (static/js/find.js): bring step n into the page.
+  window.StudioTimeline = {
+    showStep: function (n) { return root ? jumpTo(n, false) : Promise.resolve(null); },
+  };
 
   function move(delta) {
     var cur = current();

@@ -164,6 +164,7 @@ class Progress:
         self.history: list[list[Any]] = [list(p) for p in (run.loss_history or [])]
         self.first_step: int | None = None
         self.last_write = 0.0
+        self.loss_owed: int | None = None  # a step written before its loss was logged
         self.report = report
         self.latest: dict[str, Any] = {}
         # the step of the checkpoint this call goes on from (None: it starts afresh)
@@ -218,8 +219,14 @@ class Progress:
         }
         last = int(p.step) >= total
         now = time.monotonic()
-        if last or now - self.last_write >= WRITE_EVERY_S:
+        # A step's end comes a moment before its loss is logged: a write made at the step's
+        # end owes the page that loss, and the loss is written as soon as it comes (else the
+        # page's "latest" loss would be the step before's until the next write).
+        owed = p.loss is not None and self.loss_owed == int(p.step)
+        if last or owed or now - self.last_write >= WRITE_EVERY_S:
             self.last_write = now
+            has_loss = bool(self.history) and int(self.history[-1][0]) >= int(p.step)
+            self.loss_owed = None if has_loss else int(p.step)
             fields = {**self.latest, "loss_history": list(self.history)}
             if self.history:  # the first loss is known from the first logged step on
                 fields["first_loss"] = float(self.history[0][1])

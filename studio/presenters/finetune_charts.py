@@ -73,6 +73,18 @@ def fit_text(run: Any) -> str:
     return "; ".join(parts)
 
 
+def rows_text(run: Any) -> str:
+    """The rows built from the version, and how many of them train once fitted."""
+    built = int(run.examples or 0)
+    if not built:
+        return ""
+    fit = (run.settings or {}).get(FIT_KEY) or {}
+    dropped = int(fit.get("rows_dropped") or 0) if isinstance(fit, dict) else 0
+    if dropped:
+        return f"{built - dropped} of the {built} rows built train"
+    return f"{built} training row{'s' if built != 1 else ''}"
+
+
 def resumes(run: Any) -> list[int]:
     """The checkpoint step of every resume, in order."""
     steps = (run.settings or {}).get(RESUMES_KEY) or []
@@ -211,6 +223,7 @@ def run_view(run: Any) -> dict[str, Any]:
         "status_text": status_text(run),
         "phase_text": phase_text(run),
         "fit_text": fit_text(run),
+        "rows_text": rows_text(run),
         "resumes_text": resumes_text(run),
         "training_text": training_text(run),
         "trainer_settings": trainer_settings(run),

@@ -140,7 +140,10 @@ def status_refusal(run: FineTuneRun) -> str:
         if len(said) > 300:
             said = said[:299] + "…"
         if run.phase == "not-trainable":  # its settings or data cannot train: no Resume
-            return lead + f"it failed: {said}. A new fine-tune with other settings can be started."
+            return lead + (
+                "it could not train with its settings (the error is on this page): a new "
+                "fine-tune with other settings can be started."
+            )
         return lead + f"it failed: {said}. It can be resumed, or another started."
     if run.status == JobStatus.CANCELLED:
         return lead + "it was cancelled: it can be resumed, or another started."

@@ -294,7 +294,8 @@ def _failure(run: FineTuneRun) -> CommandError:
     text = _PAGE_ADVICE.sub("", run.error or "").strip() or "no message"
     found = _FIELD_IN_TEXT.search(text)
     if found:
-        return CommandError(f"{FLAG_OF_FIELD[found.group(1)]}: {text[found.start() :]}")
+        said = re.sub(r"^\w+:\s*", "", text[found.start() :])  # the flag names the field
+        return CommandError(f"{FLAG_OF_FIELD[found.group(1)]}: {said}")
     if text.startswith("Not trained:"):
         return CommandError(f"fine-tune {run.pk} was not trained: {text[12:].strip()}")
     return CommandError(
