@@ -222,6 +222,8 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_MB", 512, minimum=1) * 1024 * 1024
 # Uploads a person may make in any hour, over every project (studio.services.upload_limits).
 STUDIO_MAX_UPLOADS_PER_HOUR = env_int("STUDIO_MAX_UPLOADS_PER_HOUR", 60, minimum=1)
+# A search's regular expression (re:/.../) runs in Python over at most this many steps.
+STUDIO_SEARCH_REGEX_CANDIDATES = env_int("STUDIO_SEARCH_REGEX_CANDIDATES", 20_000, minimum=1)
 # How long the file of a failed or cancelled import is kept for Retry (days after it stopped);
 # the workers' sweep removes it then, and at once after a successful import.
 STUDIO_UPLOAD_RETENTION_DAYS = env_int("STUDIO_UPLOAD_RETENTION_DAYS", 7, minimum=0)

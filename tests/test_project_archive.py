@@ -228,7 +228,7 @@ def test_every_studio_model_is_archived_and_the_source_has_each(source):
     counts = {entry["model"]: entry["count"] for entry in header["models"]}
     assert set(counts) == {plan.label for plan in plans()}
     assert all(counts.values()), [label for label, n in counts.items() if not n]
-    assert header["migrations"][-1].startswith("0021_")
+    assert header["migrations"][-1].startswith("0022_")
     out = StringIO()
     call_command("project_archive", "show", str(source["archive"]), stdout=out)
     assert out.getvalue().startswith(f"project {NAME!r} (id ") and "studio.step:" in out.getvalue()

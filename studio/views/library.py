@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import Lower
 from django.http import HttpResponse
@@ -20,6 +21,8 @@ from studio.access import get_project_for_user, get_trajectory_for_user
 from studio.forms.library import SORTS, LibraryFilterForm
 from studio.http import HtmxHttpRequest
 from studio.models import ObservationSource, Project, Step, Trajectory
+from studio.search.query import QueryError, parse
+from studio.search.service import trajectory_ids_by_regex, trajectory_ids_sql
 from studio.services.episode_library import (
     EndRefused,
     end_episode,
@@ -33,8 +36,8 @@ PAGE_SIZE = 25
 
 def search_trajectories(project: Project, data: dict) -> QuerySet[Trajectory]:
     """Trajectories of `project` matching the cleaned filter data, in the requested order.
-    Text search looks at the title, the task and the actions and observations of every
-    branch (an EXISTS subquery, so each trajectory appears once)."""
+    Text search is the step search's query language (`studio.search`): a trajectory matches
+    when one of its steps does (the index), or its title or task holds the words."""
     qs = project.trajectories.all()
     if data.get("domain"):
         qs = qs.filter(domain=data["domain"])
@@ -56,12 +59,22 @@ def search_trajectories(project: Project, data: dict) -> QuerySet[Trajectory]:
     qs = filter_episodes(qs, data)
     q = data.get("q")
     if q:
-        step_match = Step.objects.filter(branch__trajectory=OuterRef("pk")).filter(
-            Q(action__icontains=q) | Q(observation__icontains=q)
-        )
-        qs = qs.filter(
-            Q(title__icontains=q) | Q(task_instruction__icontains=q) | Exists(step_match)
-        )
+        # the step index (`studio.search`): a trajectory with a matching step, or whose title
+        # or task holds the query's words (scanned: one row a trajectory)
+        query = parse(q)
+        if query.regexes:  # over a bounded candidate set (`studio.search.service`)
+            found = Q(pk__in=trajectory_ids_by_regex([project.pk], query))
+        else:
+            sql, params = trajectory_ids_sql([project.pk], query)
+            found = Q(pk__in=RawSQL(sql, params))
+        words = [t for t in query.positive_text if t.field is None]
+        if words and not (query.negative_text or query.filters):
+            titled = Q()
+            for term in words:
+                text = " ".join(term.words)
+                titled &= Q(title__icontains=text) | Q(task_instruction__icontains=text)
+            found |= titled
+        qs = qs.filter(found)
     sort = data.get("sort") or "newest"
     order = SORTS[sort]
     if sort == "title":
@@ -83,6 +96,11 @@ def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     status = 200
     page = None
     hidden = 0
+    if form.is_bound and form.is_valid() and form.cleaned_data.get("q"):
+        try:
+            parse(form.cleaned_data["q"])
+        except QueryError as exc:
+            form.add_error("q", str(exc))
     if form.is_bound and not form.is_valid():
         status = 400
     else:

@@ -1,0 +1,215 @@
+"""The search box's query language, parsed into a typed `Query` (no database here).
+
+    words            every word must match (AND), anywhere in the step's action or observation
+    "a phrase"       the words in this order, next to each other
+    pref*            a word starting with "pref"
+    -word -"a b"     excludes steps that match (any term or filter can be negated)
+    action:word      the word in the action only (observation: likewise); the value may be
+                     a phrase or a prefix: action:"rm -rf", observation:err*
+    domain:web  source:simulated  model:qwen3-8b  perturbation:drop-line  verdict:reject
+                     filters on the step's trajectory, provenance, model and annotations
+    re:/pattern/     a regular expression (Python syntax; re:/pattern/i ignores case),
+                     applied to action and observation over a bounded candidate set
+
+Words are split like the index splits text: runs of letters and digits, lower-cased, so
+`foo.bar` or `foo_bar` is the phrase "foo bar". Errors name what is wrong and the column
+(1-based) where it is."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from studio.models.annotations import Verdict
+from studio.models.trajectories import DOMAINS
+
+TEXT_FIELDS = ("action", "observation")
+SOURCES = ("recorded", "simulated", "perturbed", "episode")
+VERDICTS = tuple(v.value for v in Verdict)
+FILTER_FIELDS = ("domain", "source", "model", "perturbation", "verdict")
+FIELDS = (*TEXT_FIELDS, *FILTER_FIELDS, "re")
+MAX_TERMS = 32
+
+_TOKEN = re.compile(r"[^\W_]+")
+_FIELD = re.compile(r"([A-Za-z_]+):")
+
+
+def tokens_of(text: str) -> list[str]:
+    """The index's words of `text`: runs of letters and digits, lower-cased."""
+    return [t.lower() for t in _TOKEN.findall(text)]
+
+
+class QueryError(ValueError):
+    def __init__(self, message: str, column: int):
+        super().__init__(f"{message} (column {column})")
+        self.message = message
+        self.column = column
+
+
+@dataclass(frozen=True)
+class TextTerm:
+    """Words to find: one word (possibly a prefix), or a phrase of several in order."""
+
+    words: tuple[str, ...]
+    prefix: bool = False  # the last word is a prefix
+    field: str | None = None  # "action" / "observation"; None: either
+    negated: bool = False
+
+    @property
+    def is_phrase(self) -> bool:
+        return len(self.words) > 1
+
+
+@dataclass(frozen=True)
+class FilterTerm:
+    field: str  # one of FILTER_FIELDS
+    value: str
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class RegexTerm:
+    pattern: str
+    ignore_case: bool = False
+    negated: bool = False
+
+    def compiled(self) -> re.Pattern[str]:
+        return re.compile(self.pattern, re.IGNORECASE if self.ignore_case else 0)
+
+
+@dataclass(frozen=True)
+class Query:
+    text: tuple[TextTerm, ...] = ()
+    filters: tuple[FilterTerm, ...] = ()
+    regexes: tuple[RegexTerm, ...] = ()
+    raw: str = field(default="", compare=False)
+
+    @property
+    def positive_text(self) -> tuple[TextTerm, ...]:
+        return tuple(t for t in self.text if not t.negated)
+
+    @property
+    def negative_text(self) -> tuple[TextTerm, ...]:
+        return tuple(t for t in self.text if t.negated)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.text or self.filters or self.regexes)
+
+
+def parse(source: str) -> Query:
+    """Parse the query language (module docstring); raises `QueryError`."""
+    text: list[TextTerm] = []
+    filters: list[FilterTerm] = []
+    regexes: list[RegexTerm] = []
+    i, n = 0, len(source)
+    while i < n:
+        if source[i].isspace():
+            i += 1
+            continue
+        start = i
+        negated = False
+        if source[i] == "-" and i + 1 < n and not source[i + 1].isspace():
+            negated = True
+            i += 1
+        name = None
+        m = _FIELD.match(source, i)
+        if m:
+            name = m.group(1).lower()
+            if name not in FIELDS:
+                raise QueryError(
+                    f"unknown field {m.group(1)!r}: fields are {', '.join(FIELDS)} "
+                    f'(put the word in quotes to search for it as text: "{m.group(0)}")',
+                    i + 1,
+                )
+            i = m.end()
+            if i >= n or source[i].isspace():
+                raise QueryError(f"{name}: has no value", start + 1)
+        if name == "re":
+            term, i = _regex(source, i, negated)
+            regexes.append(term)
+        elif name in FILTER_FIELDS:
+            value, quoted, i = _value(source, i)
+            filters.append(_filter(name, value, negated, quoted, m.end() + 1 if m else start + 1))
+        else:
+            value_start = i
+            value, quoted, i = _value(source, i)
+            prefix = not quoted and value.endswith("*")
+            words = tokens_of(value[:-1] if prefix else value)
+            if not words:
+                raise QueryError(
+                    f"{value!r} has no letters or digits to search for", value_start + 1
+                )
+            text.append(TextTerm(tuple(words), prefix=prefix, field=name, negated=negated))
+        if len(text) + len(filters) + len(regexes) > MAX_TERMS:
+            raise QueryError(f"more than {MAX_TERMS} terms", start + 1)
+    return Query(tuple(text), tuple(filters), tuple(regexes), raw=source)
+
+
+def _value(source: str, i: int) -> tuple[str, bool, int]:
+    """A quoted phrase or a bare word starting at `i`: (value, quoted, end)."""
+    if source[i] == '"':
+        end = source.find('"', i + 1)
+        if end < 0:
+            raise QueryError("unclosed quote", i + 1)
+        return source[i + 1 : end], True, end + 1
+    end = i
+    while end < len(source) and not source[end].isspace():
+        if source[end] == '"':
+            raise QueryError("a quote inside a word (leave a space before it)", end + 1)
+        end += 1
+    return source[i:end], False, end
+
+
+def _regex(source: str, i: int, negated: bool) -> tuple[RegexTerm, int]:
+    if source[i] != "/":
+        raise QueryError("re: takes a pattern between slashes: re:/pattern/", i + 1)
+    j = i + 1
+    chars: list[str] = []
+    while j < len(source):
+        c = source[j]
+        if c == "\\" and j + 1 < len(source) and source[j + 1] == "/":
+            chars.append("/")
+            j += 2
+            continue
+        if c == "/":
+            break
+        chars.append(c)
+        j += 1
+    else:
+        raise QueryError("unclosed regular expression (no closing /)", i + 1)
+    j += 1
+    ignore_case = False
+    if j < len(source) and source[j] == "i":
+        ignore_case = True
+        j += 1
+    if j < len(source) and not source[j].isspace():
+        raise QueryError("unexpected text after the regular expression", j + 1)
+    term = RegexTerm("".join(chars), ignore_case=ignore_case, negated=negated)
+    if not term.pattern:
+        raise QueryError("empty regular expression", i + 1)
+    try:
+        term.compiled()
+    except re.error as exc:
+        column = i + 2 + (exc.pos or 0)
+        raise QueryError(f"bad regular expression: {exc.msg}", column) from None
+    return term, j
+
+
+def _filter(name: str, value: str, negated: bool, quoted: bool, column: int) -> FilterTerm:
+    value = value.strip()
+    if not value:
+        raise QueryError(f"{name}: has no value", column)
+    allowed: tuple[str, ...] | None = {
+        "domain": tuple(DOMAINS),
+        "source": SOURCES,
+        "verdict": VERDICTS,
+    }.get(name)
+    if allowed is not None:
+        value = value.lower()
+        if value not in allowed:
+            raise QueryError(
+                f"{name}:{value} is not one of {', '.join(allowed)}",
+                column,
+            )
+    return FilterTerm(name, value, negated)
