@@ -17,24 +17,10 @@ from studio.services.evaluations import (
 )
 
 
-class EvaluationForm(forms.Form):
-    name = PlainNameField(
-        max_length=200, what="the run's name", help_text="How the leaderboard names this run"
-    )
-    world = forms.ModelChoiceField(
-        queryset=ModelEndpoint.objects.none(), label="World model", empty_label=None
-    )
-    judge = forms.ModelChoiceField(
-        queryset=ModelEndpoint.objects.none(), label="Judge model", empty_label=None
-    )
-    source = forms.ChoiceField(choices=list(SOURCES.items()), initial="recorded")
-    benchmark_files = forms.MultipleChoiceField(
-        choices=[],
-        required=False,
-        widget=forms.CheckboxSelectMultiple,
-        label="Benchmark files",
-        help_text="With the AgentWorldBench source: the imported files to use (none ticked: all)",
-    )
+class SampleSetFields(forms.Form):
+    """The fields that fix an evaluation's samples (with its source): the domains, the limit
+    per domain and the seed. Every form that makes evaluation runs takes them from here."""
+
     domains = forms.MultipleChoiceField(
         choices=[(d, d) for d in DOMAINS],
         required=False,
@@ -53,6 +39,29 @@ class EvaluationForm(forms.Form):
         label="Sampling seed",
         help_text="The same source, files, domains, limit and seed draw the same samples, so "
         "runs made with them score the same steps and compare (blank: 0)",
+    )
+
+
+class EvaluationForm(SampleSetFields):
+    # the sample-set fields after the source and its files, the sampling after them
+    field_order = ["name", "world", "judge", "source", "benchmark_files"]
+
+    name = PlainNameField(
+        max_length=200, what="the run's name", help_text="How the leaderboard names this run"
+    )
+    world = forms.ModelChoiceField(
+        queryset=ModelEndpoint.objects.none(), label="World model", empty_label=None
+    )
+    judge = forms.ModelChoiceField(
+        queryset=ModelEndpoint.objects.none(), label="Judge model", empty_label=None
+    )
+    source = forms.ChoiceField(choices=list(SOURCES.items()), initial="recorded")
+    benchmark_files = forms.MultipleChoiceField(
+        choices=[],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Benchmark files",
+        help_text="With the AgentWorldBench source: the imported files to use (none ticked: all)",
     )
     temperature = FiniteFloatField(min_value=0.0, max_value=2.0, initial=0.6)
     max_tokens = forms.IntegerField(min_value=1, max_value=262144, initial=32768)

@@ -8,8 +8,8 @@ from typing import Any, cast
 
 from django import forms
 
-from studio.models import DOMAINS, FineTuneRun, ModelEndpoint, Project
-from studio.services.evaluations import MAX_SAMPLES_PER_DOMAIN
+from studio.forms.evaluations import SampleSetFields
+from studio.models import FineTuneRun, ModelEndpoint, Project
 from studio.services.finetune_evaluations import (
     COMPARISONS,
     FineTuneEvaluationData,
@@ -18,7 +18,8 @@ from studio.services.finetune_evaluations import (
 )
 
 
-class FineTuneEvaluationForm(forms.Form):
+class FineTuneEvaluationForm(SampleSetFields):
+    field_order = ["judge", "sources"]
     judge = forms.ModelChoiceField(
         queryset=ModelEndpoint.objects.none(), label="Judge model", empty_label=None
     )
@@ -28,26 +29,12 @@ class FineTuneEvaluationForm(forms.Form):
         label="Compare on",
         help_text="Each comparison runs the base and the fine-tuned model on the same samples",
     )
-    domains = forms.MultipleChoiceField(
-        choices=[(d, d) for d in DOMAINS],
-        required=False,
-        widget=forms.CheckboxSelectMultiple,
-        help_text="None ticked: every domain",
-    )
-    limit_per_domain = forms.IntegerField(
-        min_value=1, max_value=MAX_SAMPLES_PER_DOMAIN, initial=50, label="Samples per domain"
-    )
-    sample_seed = forms.IntegerField(
-        min_value=0,
-        max_value=2**63 - 1,
-        initial=0,
-        required=False,
-        label="Sampling seed",
-        help_text="Both models are scored on the samples this seed draws (blank: 0)",
-    )
 
     def __init__(self, *args: Any, project: Project, finetune: FineTuneRun | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields[
+            "sample_seed"
+        ].help_text = "Both models are scored on the samples this seed draws (blank: 0)"
         self.project = project
         judge_field = cast(forms.ModelChoiceField, self.fields["judge"])
         judge_field.queryset = judges(project)

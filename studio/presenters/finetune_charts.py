@@ -7,17 +7,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from studio.presenters.campaigns import STATUS_WORDS  # one job vocabulary ("Done", ...)
 from studio.presenters.tree import plotly_text
 from studio.services.finetunes import FIT_KEY, NOT_TRAINABLE, RESUMES_KEY, RUN_KEYS
 
 CONFIG = {"displaylogo": False, "responsive": True}
-STATUS_WORDS = {
-    "queued": "Queued",
-    "running": "Running",
-    "succeeded": "Done",
-    "failed": "Failed",
-    "cancelled": "Cancelled",
-}
 PHASE_WORDS = {
     "queued": "waiting for a gpu worker",
     "preparing": "building the training rows",
