@@ -163,9 +163,10 @@ cat <<MSG
     annotator    reads and annotates
   Worker logs: $DATA_DIR/worker.log (default queue), $DATA_DIR/worker-gpu.log (gpu),
   $DATA_DIR/worker-episodes.log (episodes); a worker that exits is started again.
-  Scripted demo models (stand-ins for an agent, a world model and a judge, not models) at
-  $STUDIO_DEMO_MODELS_URL (log: $DATA_DIR/demo-models.log): the Demo project's
-  "Scripted demo agent", "Scripted demo world" and "Scripted demo judge" on the Models page.
+  Scripted demo models (stand-ins for an agent, a world model, a judge and an embeddings
+  model, not models) at $STUDIO_DEMO_MODELS_URL (log: $DATA_DIR/demo-models.log): the Demo
+  project's "Scripted demo agent", "... world", "... judge" and "... embeddings" on the
+  Models page.
   Stop with Ctrl-C.
   Shell commands, in another terminal, use the same database and broker (recorded in
   $RUNTIME while this runs):

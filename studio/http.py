@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -11,6 +13,18 @@ class HtmxHttpRequest(HttpRequest):
     """A request after django-htmx's middleware: `request.htmx` is truthy for htmx requests."""
 
     htmx: HtmxDetails
+
+
+# An id or a number as a URL or a form gives it: ASCII digits only (str.isdigit() takes "²",
+# which int() refuses) and few enough for any integer column (a longer one would overflow
+# the query, not just find nothing).
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,15}")
+
+
+def whole_number(value: Any) -> int | None:
+    """`value` (a query or form parameter) as a whole number, or None when it is not one."""
+    text = value if isinstance(value, str) else str(value if value is not None else "")
+    return int(text) if _WHOLE_NUMBER.fullmatch(text) else None
 
 
 def back_url(request: HttpRequest, fallback: str) -> str:

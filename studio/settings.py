@@ -224,6 +224,9 @@ STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_MB", 512, minimum=1) * 1024
 STUDIO_MAX_UPLOADS_PER_HOUR = env_int("STUDIO_MAX_UPLOADS_PER_HOUR", 60, minimum=1)
 # A search's regular expression (re:/.../) runs in Python over at most this many steps.
 STUDIO_SEARCH_REGEX_CANDIDATES = env_int("STUDIO_SEARCH_REGEX_CANDIDATES", 20_000, minimum=1)
+# Behaviour search (`studio.jobs.behaviour`): the most candidates (steps or trajectories) one
+# job may ask the judge about; a form's "max candidates" is bounded by it.
+STUDIO_BEHAVIOUR_MAX_CANDIDATES = env_int("STUDIO_BEHAVIOUR_MAX_CANDIDATES", 2000, minimum=1)
 # How long the file of a failed or cancelled import is kept for Retry (days after it stopped);
 # the workers' sweep removes it then, and at once after a successful import.
 STUDIO_UPLOAD_RETENTION_DAYS = env_int("STUDIO_UPLOAD_RETENTION_DAYS", 7, minimum=0)

@@ -23,9 +23,16 @@ from django.db import transaction
 from django.utils import timezone
 
 # the names a job body sends its next message by (it never imports this module)
-from studio.jobs.dispatch import CAMPAIGN_TASK, EPISODE_STEP_TASK, EVALUATION_TASK, JUDGE_TASK
+from studio.jobs.dispatch import (
+    BEHAVIOUR_TASK,
+    CAMPAIGN_TASK,
+    EPISODE_STEP_TASK,
+    EVALUATION_TASK,
+    JUDGE_TASK,
+)
 from studio.models import (
     ArenaRun,
+    BehaviourSearch,
     Campaign,
     EvaluationRun,
     ExportJob,
@@ -129,6 +136,18 @@ def run_judge_job(self, job_id: int) -> None:
         body(job_id, self.request.id or "")
     finally:
         poke_arena_of(JudgeJob, job_id)
+        release_memory()
+
+
+@shared_task(name=BEHAVIOUR_TASK, **JOB_TASK_OPTIONS)
+def run_behaviour_search(self, job_id: int) -> None:
+    from studio.jobs.behaviour import run_behaviour_search as body
+    from studio.jobs.runtime import drop_failed_connection
+
+    drop_failed_connection()
+    try:
+        body(job_id, self.request.id or "")
+    finally:
         release_memory()
 
 
@@ -246,6 +265,9 @@ def _send(model: JobModel, pk: int, previous: str | None, countdown: float | Non
         )
     elif model is JudgeJob:
         task, queue = run_judge_job, JudgeJob.objects.values_list("queue", flat=True).get(pk=pk)
+    elif model is BehaviourSearch:
+        task = run_behaviour_search
+        queue = BehaviourSearch.objects.values_list("queue", flat=True).get(pk=pk)
     elif model is ExportJob:
         task, queue = run_export_job, ExportJob.objects.values_list("queue", flat=True).get(pk=pk)
     elif model is ArenaRun:
@@ -290,6 +312,11 @@ def enqueue_evaluation(run: EvaluationRun) -> None:
 
 def enqueue_judging(job: JudgeJob) -> None:
     transaction.on_commit(lambda: _send(JudgeJob, job.pk, None))
+
+
+def enqueue_behaviour_search(job: BehaviourSearch) -> None:
+    """A new or resumed behaviour search: its message goes out once the transaction commits."""
+    transaction.on_commit(lambda: _send(BehaviourSearch, job.pk, None))
 
 
 def enqueue_arena(arena: ArenaRun) -> None:

@@ -16,6 +16,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("studio.views.projects")),
     path("", include("studio.views.library")),
+    path("", include("studio.views.search")),
     path("", include("studio.views.trajectories")),
     path("", include("studio.views.trajectory_find")),
     path("", include("studio.views.step_text")),
@@ -40,4 +41,5 @@ urlpatterns = [
     path("", include("studio.views.campaigns")),
     path("", include("studio.views.finetunes")),
     path("", include("studio.views.finetune_evaluations")),
+    path("", include("studio.views.behaviour")),
 ]

@@ -439,8 +439,9 @@ def busy_project(project, settings):
 
 
 BUSY = (
-    "this project has 3 jobs queued or running (simulations, evaluations, judge and export "
-    "jobs): the limit is 3 at once (STUDIO_MAX_ACTIVE_JOBS); wait for one to finish or cancel one"
+    "this project has 3 jobs queued or running (simulations, evaluations, judge jobs, "
+    "behaviour searches and exports): the limit is 3 at once (STUDIO_MAX_ACTIVE_JOBS); wait "
+    "for one to finish or cancel one"
 )
 
 

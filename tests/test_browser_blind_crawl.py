@@ -64,7 +64,13 @@ def test_a_blind_annotator_crawls_every_page_and_sees_no_hidden_score(
     started = time.monotonic()
     # the projects page, and the item page the queue's Start button (a POST) opens
     item = f"/steps/{claim.item.step_id}/annotate/?queue={review.queue.pk}"
-    queue = [f"{base}/", f"{base}{item}&branch={review.branch.pk}"]
+    # and searches that would find the hidden steps by the other annotator's comment and
+    # correction (their snippets would show the secrets)
+    searches = [
+        f"{base}/projects/{project.pk}/search/?q={q}"
+        for q in ("comment%3Awrong", "correction%3Aobservation", "verdict%3Aneeds_fix")
+    ]
+    queue = [f"{base}/", f"{base}{item}&branch={review.branch.pk}", *searches]
     seen: set[str] = set(queue)
     per_path: dict[str, int] = {}
     fragments: set[str] = set()  # hx-get URLs: parts of a page, read as sent

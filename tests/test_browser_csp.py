@@ -85,6 +85,7 @@ NOT_PAGES = {
     "queue_annotators": "htmx fragment: a queue's annotator quality panel",
     "trajectory_live": "htmx fragment: a running episode's new steps, polled by its page",
     "trajectory_find": "JSON: the find bar's hits in a trajectory (static/js/find.js)",
+    "branch_compare_find": "JSON: the find bar's hits in a comparison (static/js/find.js)",
     "step_text": "text/plain, a step field whole (Show all: linked from texts over "
     "STUDIO_PAGE_FIELD_CHARS only; nothing in it for the policy to refuse)",
     "trajectory_text": "text/plain, a trajectory's task whole (Show all, as step_text)",
@@ -178,8 +179,17 @@ def settle(page) -> None:
 
 
 def judge_and_world(body, index):
-    """The fake server as both models: the judge scores every step 4, the world predicts."""
+    """The fake server as both models: the judge scores every step 4 (and, searching for a
+    behaviour, finds it in every step whose action has a space, naming its group), the world
+    predicts."""
     system = body["messages"][0]["content"] if body["messages"] else ""
+    if system.startswith("You name a group"):
+        return "<name>commands with arguments</name>"
+    if system.startswith("You review"):
+        action = body["messages"][-1]["content"].split("the agent's action", 1)[-1]
+        match = "yes" if " " in action.split("\n## ", 1)[0].strip() else "no"
+        verdict = {"match": match, "confidence": 0.8, "reason": f"<b>{match}</b> by its spaces"}
+        return f"<verdict>{json.dumps(verdict)}</verdict>"
     if system.startswith("You grade a world model"):
         dims = ("format", "factuality", "consistency", "realism", "quality")
         block = {"scores": dict.fromkeys(dims, 4), "strengths": ["plausible"], "weaknesses": []}
@@ -242,6 +252,22 @@ def demo_with_one_of_everything(tmp_path):
             JudgeData(judge=judge, target=JudgeTarget.FORK, fork=simulation, max_tokens=256),
         )
         enqueue_judging(judging)
+        # a behaviour search of the web trajectories: its list, its page, its groups
+        from studio.services.behaviour import BehaviourData, start_behaviour_search
+        from studio.tasks import enqueue_behaviour_search
+
+        behaviour = start_behaviour_search(
+            demo,
+            admin,
+            BehaviourData(
+                judge=judge,
+                description="the agent types <b>text</b>",
+                query="domain:web",
+                max_candidates=6,
+                max_tokens=256,
+            ),  # fmt: skip
+        )
+        enqueue_behaviour_search(behaviour)
         # an arena of the served model and the baseline at the same step: its page, the
         # arena list and the arena leaderboard
         baseline = demo.endpoints.get(role="world", kind="retrieval")
@@ -267,7 +293,7 @@ def demo_with_one_of_everything(tmp_path):
         assert form.is_valid(), form.errors
         arena = start_arena(admin, form.data_object())
         enqueue_arena(arena)
-        for job in (wait_job(run), wait_job(judging), wait_job(arena)):
+        for job in (wait_job(run), wait_job(judging), wait_job(arena), wait_job(behaviour)):
             assert job.status == "succeeded", job.error
     # a queue two people annotated differently: its agreement, an item to adjudicate
     queue = create_queue(
@@ -309,6 +335,12 @@ def demo_with_one_of_everything(tmp_path):
         demo, admin, FineTuneData(name="first tune", dataset_version=version, base="tiny")
     )
     cancel_finetune(tune)  # finished at once: its page does not poll
+    from studio.models import SavedSearch
+
+    # a shared saved search: the search page's link to it opens a page of hits
+    SavedSearch.objects.create(
+        project=demo, owner=users["researcher"], name="Errors", query="error*", shared=True
+    )
     return demo, web, simulation, write_native_file(tmp_path / "two.json", title="Two", steps=2)
 
 

@@ -238,6 +238,43 @@ def test_testing_a_judge_asks_the_judge_prompt_and_checks_the_answer_shape(clien
         assert srv.requests[-1]["max_tokens"] == 1
 
 
+def test_an_embeddings_model_is_added_tested_with_two_texts_and_found_by_embedder_for(
+    client, project
+):
+    """The role "Embedding model": an OpenAI-compatible server only; its Test posts two texts
+    to /v1/embeddings (the scripted demo server answers them); `embedder_for` gives a client
+    of the project's default one, None when it has none."""
+    from studio.demo_data import scripted_models as S
+    from studio.services.embeddings import embedder_for
+
+    client.force_login(project.users["admin"])
+    assert embedder_for(project) is None
+    refused = add(client, project, name="emb", role="embedding", kind="retrieval")
+    assert "Embedding models are OpenAI-compatible embeddings servers" in refused.content.decode()
+    listing = client.get(reverse("endpoint_list", args=[project.pk])).content.decode()
+    assert 'id="endpoints-embedding"' in listing and "Add an embedding model" in listing
+    with S.running() as url:
+        add(client, project, name="emb", role="embedding", base_url=url, model="scripted-embedding")
+        endpoint = ModelEndpoint.objects.get(name="emb")
+        assert endpoint.role == "embedding" and endpoint.is_default
+        html = client.post(
+            reverse("endpoint_test", args=[endpoint.pk]), headers={"HX-Request": "true"}
+        ).content.decode()
+        endpoint.refresh_from_db()
+        assert endpoint.test_ok and "embeds</span>" in html
+        assert (
+            endpoint.test_detail == "answered as a model: scripted-embedding; 256 numbers per text"
+        )
+        embedder = embedder_for(project)
+        assert embedder is not None and embedder.model == "scripted-embedding"
+        assert len(embedder.embed(["the agent deletes a file"])[0]) == 256
+        # a chat model behind the role answers no embeddings: the test says it did not answer
+        ModelEndpoint.objects.filter(pk=endpoint.pk).update(model="scripted-judge")
+        client.post(reverse("endpoint_test", args=[endpoint.pk]), headers={"HX-Request": "true"})
+        endpoint.refresh_from_db()
+        assert not endpoint.test_ok and endpoint.test_detail.startswith("did not answer as a model")
+
+
 def test_url_within_respects_hosts_ports_and_path_segments():
     from studio.services.endpoints import url_within
 

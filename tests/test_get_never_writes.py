@@ -46,7 +46,23 @@ def test_every_page_of_a_project_only_reads(researcher_client, project, settings
     sample = EvaluationSample.objects.create(
         run=run, domain="terminal", trajectory=traj, step_index=1, key=f"{traj.pk}:1"
     )
+    from studio.models import BehaviourSearch
+    from studio.services.behaviour import save_clusters
+
+    search = BehaviourSearch.objects.create(
+        project=project, description="the agent deletes files", max_candidates=10,
+        judge_model="j", judge_base_url="http://127.0.0.1:9/v1", status=JobStatus.RUNNING,
+        candidate_ids=[step.pk], candidates=1, phase="labelling",
+    )  # fmt: skip
+    BehaviourSearch.objects.filter(pk=search.pk).update(heartbeat_at=long_ago)  # a dead worker
+    save_clusters(search, [("deletes", True, [])])
+    cluster = search.clusters.get()
     urls = [
+        reverse("behaviour_list", args=[project.pk]),
+        reverse("behaviour_new", args=[project.pk]),
+        reverse("behaviour_job", args=[search.pk]),
+        reverse("behaviour_job", args=[search.pk]) + f"?match=all&cluster={cluster.pk}&page=2",
+        reverse("behaviour_job", args=[search.pk]) + "?match=no&cluster=none",
         reverse("evaluation_list", args=[project.pk]),
         reverse("evaluation_new", args=[project.pk]),
         reverse("evaluation_run", args=[run.pk]),
@@ -56,6 +72,9 @@ def test_every_page_of_a_project_only_reads(researcher_client, project, settings
         reverse("leaderboard", args=[project.pk]) + "?format=csv",
         reverse("project_list"),
         reverse("library", args=[project.pk]),
+        reverse("search", args=[project.pk]),
+        reverse("search", args=[project.pk]) + "?q=output&sort=newest",
+        reverse("search", args=[project.pk]) + "?q=re:/out/&page=2",
         reverse("project_members", args=[project.pk]),
         reverse("trajectory", args=[traj.pk]) + f"?branch={child.pk}",
         reverse("trajectory_steps", args=[traj.pk]) + "?start=0",
@@ -95,3 +114,5 @@ def test_every_page_of_a_project_only_reads(researcher_client, project, settings
     assert job.status == imp.status == JobStatus.RUNNING  # shown as silent, not settled
     run.refresh_from_db()
     assert run.status == JobStatus.RUNNING
+    search.refresh_from_db()
+    assert search.status == JobStatus.RUNNING

@@ -264,3 +264,53 @@ def test_a_job_out_of_time_hands_over_one_that_failed_everywhere_fails_and_resum
     assert made.status == JobStatus.SUCCEEDED and made.steps_judged == 3 and made.steps_failed == 0
     assert StepJudgement.objects.filter(job=made, ok=True).count() == 3
     assert not resume_judging(made)  # only a stopped job resumes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_while_a_request_is_in_flight_sends_no_other(project, fork):
+    """The worker looks at Cancel after the answers in flight come, not before it waits for
+    them: one step at a time, the first answer held until the worker has seen the Cancel,
+    and no second request goes out."""
+    import threading
+
+    from django.db import connection
+
+    from studio.jobs.judging import run_judge_job
+    from studio.services.judging import JudgeData, cancel_judging, start_judging
+
+    traj, root, job, same, edited = fork
+    arrived, release = threading.Event(), threading.Event()
+
+    def answer(body, index):
+        arrived.set()
+        release.wait(timeout=60)
+        return responder(body, index)
+
+    with fake_openai_server(answer) as srv:
+        data = JudgeData(
+            judge=judge_endpoint(project, srv.base_url), target="fork", fork=job, concurrency=1
+        )
+        made = start_judging(project, None, data)
+        JudgeJob.objects.filter(pk=made.pk).update(message_id="m0")
+
+        def body():
+            try:
+                run_judge_job(made.pk, "m0")  # the task's body, as a worker runs it
+            finally:
+                connection.close()
+
+        runner = threading.Thread(target=body)
+        runner.start()
+        try:
+            assert arrived.wait(timeout=60)
+            cancel_judging(made)
+            # the worker's monitor has seen it while the first answer is still held
+            wait_for(lambda: JudgeJob.objects.filter(pk=made.pk, phase="cancelling").exists())
+        finally:
+            release.set()
+            runner.join(timeout=120)
+        asked = len(srv.requests)
+    made.refresh_from_db()
+    assert made.status == JobStatus.CANCELLED and made.phase == "cancelled"
+    assert asked == 1 and made.steps_judged == 1  # the one in flight was saved, no other sent
+    assert StepJudgement.objects.filter(job=made).count() == 1

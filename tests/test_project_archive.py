@@ -165,6 +165,8 @@ def expected_embedded(label: str, attname: str, row: dict, ids) -> object:
         return f"{mapped}:{rest}" if mapped is not None else f"deleted-{head}:{rest}"
     if label == "studio.finetunerun" and attname.endswith("_trajectory_ids"):
         return [new("studio.trajectory", t) for t in value]
+    if (label, attname) == ("studio.behavioursearch", "candidate_ids"):
+        return None if value is None else [new("studio.step", s) for s in value]
     raise AssertionError(f"no expectation for {label}.{attname}")
 
 
@@ -178,6 +180,7 @@ EMBEDDED_FIELDS = {
     ("studio.campaign", "tasks"),
     ("studio.finetunerun", "heldout_trajectory_ids"),
     ("studio.finetunerun", "train_trajectory_ids"),
+    ("studio.behavioursearch", "candidate_ids"),
 }
 
 
@@ -228,7 +231,7 @@ def test_every_studio_model_is_archived_and_the_source_has_each(source):
     counts = {entry["model"]: entry["count"] for entry in header["models"]}
     assert set(counts) == {plan.label for plan in plans()}
     assert all(counts.values()), [label for label, n in counts.items() if not n]
-    assert header["migrations"][-1].startswith("0022_")
+    assert header["migrations"][-1].startswith("0024_")
     out = StringIO()
     call_command("project_archive", "show", str(source["archive"]), stdout=out)
     assert out.getvalue().startswith(f"project {NAME!r} (id ") and "studio.step:" in out.getvalue()

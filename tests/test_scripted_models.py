@@ -115,6 +115,7 @@ def test_the_server_lists_and_answers_its_roles_and_says_they_are_scripted():
             "scripted-agent",
             "scripted-world",
             "scripted-judge",
+            "scripted-embedding",
         ]
         assert all("not a model" in m["owned_by"] for m in listed["data"])
         status, agent = post(f"{url}/chat/completions", {
@@ -253,11 +254,19 @@ def test_load_demo_adds_the_scripted_endpoints_once_and_episodes_take_the_script
         e.name: e
         for e in ModelEndpoint.objects.filter(project=project, name__startswith="Scripted")
     }
-    assert set(scripted) == {"Scripted demo agent", "Scripted demo world", "Scripted demo judge"}
+    assert set(scripted) == {
+        "Scripted demo agent",
+        "Scripted demo world",
+        "Scripted demo judge",
+        "Scripted demo embeddings",
+    }
     agent, world = scripted["Scripted demo agent"], scripted["Scripted demo world"]
     judge = scripted["Scripted demo judge"]
     assert (judge.role, judge.kind, judge.model) == ("judge", "openai", "scripted-judge")
     assert judge.is_default  # the only judge: evaluations of the demo can run at once
+    embeddings = scripted["Scripted demo embeddings"]
+    assert (embeddings.role, embeddings.model) == ("embedding", "scripted-embedding")
+    assert embeddings.is_default  # behaviour search ranks and clusters by meaning with it
     assert (agent.role, agent.kind, agent.model, agent.base_url) == (
         "agent",
         "openai",
@@ -280,7 +289,7 @@ def test_load_demo_adds_the_scripted_endpoints_once_and_episodes_take_the_script
     monkeypatch.setenv("STUDIO_DEMO_MODELS_URL", "http://127.0.0.1:8300/v1")
     call_command("load_demo", stdout=StringIO())
     rows = ModelEndpoint.objects.filter(project=project, name__startswith="Scripted")
-    assert rows.count() == 3 and {e.base_url for e in rows} == {"http://127.0.0.1:8300/v1"}
+    assert rows.count() == 4 and {e.base_url for e in rows} == {"http://127.0.0.1:8300/v1"}
 
 
 @pytest.mark.django_db

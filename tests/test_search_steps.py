@@ -187,7 +187,162 @@ def test_paging_counting_and_groups(project, monkeypatch):
     assert capped.total_label == "more than 5"
 
 
-def test_titles_and_tasks_are_scanned(project):
+def test_titles_and_tasks_match_trajectories(project):
     traj = make_trajectory(project, title="Booking flights", task_instruction="Find a seat")
     results = search_steps([project.pk], "flights")
     assert results.hits == [] and results.trajectory_matches == [traj.pk]
+
+
+# ---- annotations, trajectories, viewers (migration 0023) --------------------------------
+
+
+def test_words_in_an_annotation_find_its_step(library):
+    step = Step.objects.get(branch__trajectory__title="Shell", index=2)
+    StepAnnotation.objects.create(
+        step=step,
+        author=library.users["annotator"],
+        comment="The JSON error is invented",
+        tags=["hallucination", "needs-source"],
+        corrected_observation='{"error": "permission denied"}',
+    )
+    # the step's own text holds "file", its annotation "invented": each way alone, not mixed
+    assert found(library, "invented") == [("Shell", 2)]
+    assert found(library, "file invented") == []
+    assert found(library, "comment:invented") == [("Shell", 2)]
+    assert found(library, "tag:hallucination") == [("Shell", 2)]
+    assert found(library, "tag:needs*") == [("Shell", 2)]
+    assert found(library, '"permission denied"') == [("Shell", 2)]
+    assert found(library, 'correction:"permission denied"') == [("Shell", 2)]
+    assert found(library, "comment:permission") == []
+    # several annotation fields hold in one annotation; a step field holds in the step
+    assert found(library, "comment:json tag:hallucination action:cat") == [("Shell", 2)]
+    assert found(library, "comment:json action:grep") == []
+    # an exclusion leaves out a step whose annotation holds it
+    assert sorted(found(library, "file")) == [("Shell", 2), ("Web", 0)]
+    assert found(library, "file -invented") == [("Web", 0)]
+    assert found(library, "file -tag:hallucination") == [("Web", 0)]
+    hit = search_steps([library.pk], "hallucination").hits[0]
+    assert hit.snippet.field == "tag" and hit.snippet.heading == "tag by annotator"
+    assert "<mark>hallucination</mark>" in hit.snippet.html()
+
+
+def test_a_step_matched_twice_counts_once_at_its_better_rank(library):
+    step = Step.objects.get(branch__trajectory__title="Shell", index=1)
+    StepAnnotation.objects.create(step=step, author=library.users["admin"], comment="needle")
+    results = search_steps([library.pk], "needle", sort="newest")
+    assert [(h.trajectory_title, h.index) for h in results.hits] == [("Shell", 1), ("Shell", 0)]
+    assert results.total == 2 and not results.has_next
+    page2 = search_steps([library.pk], "needle", per_page=1, page=2, sort="oldest")
+    assert [(h.trajectory_title, h.index) for h in page2.hits] == [("Shell", 1)]
+
+
+def test_the_annotation_index_follows_edits_and_deletes(library):
+    step = Step.objects.get(branch__trajectory__title="Web", index=1)
+    note = StepAnnotation.objects.create(step=step, author=library.users["admin"], comment="walrus")
+    assert found(library, "walrus") == [("Web", 1)]
+    note.comment = "narwhal"
+    note.save()
+    assert found(library, "walrus") == [] and found(library, "narwhal") == [("Web", 1)]
+    StepAnnotation.objects.filter(pk=note.pk).update(tags=["beluga"])
+    assert found(library, "tag:beluga") == [("Web", 1)]
+    note.delete()
+    assert found(library, "narwhal") == [] and found(library, "beluga") == []
+
+
+def test_titles_tasks_and_world_names_are_indexed(project):
+    traj = make_trajectory(project, title="Booking flights", task_instruction="Find a window seat")
+    played = make_trajectory(
+        project,
+        title="Episode 7",
+        metadata={"world": {"name": "Northwind calendar", "version": 2}},
+        steps=[("list_events", "three events")],
+    )
+    results = search_steps([project.pk], "flights")
+    assert results.hits == [] and results.trajectory_matches == [traj.pk]
+    assert search_steps([project.pk], "window seat").trajectory_matches == [traj.pk]
+    assert search_steps([project.pk], "northwind").trajectory_matches == [played.pk]
+    assert search_steps([project.pk], "flights -seat").trajectory_matches == []
+    # as a field, the trajectory's text narrows the steps
+    assert found(project, "world:northwind events") == [("Episode 7", 0)]
+    assert found(project, "title:booking events") == []
+    assert found(project, "task:window") == [("Booking flights", i) for i in (2, 1, 0)]
+    # a query with a step's field finds steps, not trajectories by title
+    assert search_steps([project.pk], "action:flights").trajectory_matches == []
+    traj.title = "Booking trains"
+    traj.save()
+    assert search_steps([project.pk], "flights").trajectory_matches == []
+
+
+def test_blind_review_hides_others_annotations_from_search(project):
+    from studio.models import Membership
+    from studio.search.service import viewer_for
+    from tests.support.blind_review import OTHER_SECRET, build
+
+    state = build(project)
+    annotator = Membership.objects.get(project=project, user=project.users["annotator"])
+    researcher = Membership.objects.get(project=project, user=project.users["researcher"])
+    blind, sees_all = viewer_for(annotator), viewer_for(researcher)
+    hidden = {s.pk for s in state.hidden}
+
+    def ids(query, viewer):
+        return {h.step_id for h in search_steps([project.pk], query, viewer=viewer).hits}
+
+    for query in (
+        OTHER_SECRET,
+        "comment:wrong",
+        "tag:other*",
+        "OTHER-CORRECTION",
+        "verdict:needs_fix",
+    ):
+        assert ids(query, sees_all) == hidden, query
+        assert ids(query, blind) == set(), query
+    # the step itself is no secret: its own text is found
+    assert ids('"simulated A at 2"', blind) == {state.hidden[0].pk}
+    # an exclusion by a hidden comment leaves nothing out for them either
+    assert hidden <= ids(f"simulated -{OTHER_SECRET}", blind)
+    assert not hidden & ids(f"simulated -{OTHER_SECRET}", sees_all)
+    # annotations outside blind queues are seen by everyone
+    assert ids('"open note"', blind) == {state.visible.pk}
+    # their own annotation of a hidden step is theirs to find
+    StepAnnotation.objects.create(
+        step=state.hidden[0], author=project.users["annotator"], queue=state.queue, comment="mine"
+    )
+    assert ids("comment:mine", viewer_for(annotator)) == {state.hidden[0].pk}
+
+
+def test_matching_step_ids_newest_first_with_regexes_and_limits(library):
+    from studio.search.service import matching_step_ids
+
+    newest = list(
+        Step.objects.filter(branch__trajectory__project=library)
+        .order_by("-id")
+        .values_list("id", flat=True)
+    )
+    assert matching_step_ids([library.pk], "", 3) == newest[:3]
+    needles = matching_step_ids([library.pk], "needle*", 10)
+    assert needles == sorted(needles, reverse=True) and len(needles) == 3
+    assert matching_step_ids([library.pk], "needle*", 2) == needles[:2]
+    assert len(matching_step_ids([library.pk], r"re:/not\s+found/", 10)) == 2
+    assert matching_step_ids([library.other.pk], "needle", 10) == []
+
+
+def test_snippets_drop_terminal_escapes(project):
+    make_trajectory(
+        project, title="T", steps=[("ls", "\x1b[1;31mERROR\x1b[0m: disk \x1b]0;t\x07full\tnow")]
+    )
+    hit = search_steps([project.pk], "disk").hits[0]
+    assert hit.snippet.text == "ERROR: disk full\tnow"
+    assert "\x1b" not in hit.snippet.html()
+
+
+def test_a_hit_by_an_annotation_field_shows_the_annotation(library):
+    step = Step.objects.get(branch__trajectory__title="Web", index=0)
+    StepAnnotation.objects.create(
+        step=step, author=library.users["admin"], comment="the page <b>never</b> loads"
+    )
+    hit = search_steps([library.pk], "comment:loads").hits[0]
+    assert hit.snippet.heading == "comment by admin"
+    assert hit.snippet.html() == "the page &lt;b&gt;never&lt;/b&gt; <mark>loads</mark>"
+    # a filter alone shows the start of the action
+    hit = search_steps([library.pk], "domain:web", sort="oldest").hits[0]
+    assert hit.snippet.field == "action" and hit.snippet.text == "click #login"

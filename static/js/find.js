@@ -1,24 +1,28 @@
-// Find inside a trajectory: the bar (#find-bar) asks the server for every hit in the shown
-// branch (the page holds only a few windows of steps), says "hit i of n", and goes to each
-// hit: its window is loaded (window.StudioTimeline.showStep), the match is wrapped in <mark>
-// in the page's own text nodes (nothing from the server is ever parsed as HTML) and
-// scrolled into view. Ctrl+F or "/" opens it; Enter / Shift+Enter or F3 / Shift+F3 go to
-// the next / previous hit; Escape closes it.
+// Find in every step: the bar (#find-bar) asks the server for every hit in what the page
+// shows (a page holds only a few windows of steps), says "hit i of n", and goes to each hit:
+// the part of the page that holds it is loaded, the match is wrapped in <mark> in the page's
+// own text nodes (nothing from the server is ever parsed as HTML) and scrolled into view.
+// Ctrl+F or "/" opens it; Enter / Shift+Enter or F3 / Shift+F3 go to the next / previous
+// hit; Escape closes it.
+//
+// Two pages have it, each with its own way to bring a hit in (`pages` below): the trajectory
+// page (#trajectory: one branch; a step's window comes from window.StudioTimeline.showStep)
+// and the compare view (#compare-find: every compared branch; a step's row comes in place of
+// the folded run, loader or gap that holds it, from the rows view with `jump=`).
 (function () {
   "use strict";
 
-  var bar, input, count, note, root;
+  var bar, input, count, note, root, page;
   var hits = [];
   var capped = false;
   var index = -1;
   var query = "";
+  var answer = {};
   var timer = null;
   var pending = null;
-  var FIELD_SELECTORS = {
-    thinking: ".thinking",
-    action: ".step-action",
-    observation: ".step-obs .obs-body",
-  };
+  // Opened from a link (a search hit: `?find=<text>&at=<step>`): the first search goes to
+  // the first hit at that step or after it, not to the first hit of the branch.
+  var startAt = null;
 
   function isOpen() {
     return bar && !bar.hidden;
@@ -45,16 +49,25 @@
       parent.replaceChild(document.createTextNode(mark.textContent), mark);
       parent.normalize();
     });
+    Array.prototype.forEach.call(document.querySelectorAll(".find-cell"), function (el) {
+      el.classList.remove("find-cell");
+    });
+  }
+
+  function number(n) {
+    return Number(n).toLocaleString("en-US");
   }
 
   function total() {
-    return capped ? hits.length.toLocaleString("en-US") + "+" : hits.length.toLocaleString("en-US");
+    return number(hits.length) + (capped ? "+" : "");
   }
 
   function say(text) {
     count.textContent = text;
   }
 
+  // The note under the bar: `text`, a "Show all" link, and what the page adds (compare: the
+  // earlier steps it does not show).
   function setNote(text, link) {
     note.textContent = text || "";
     if (link) {
@@ -67,7 +80,9 @@
       a.textContent = "Show all";
       note.appendChild(a);
     }
-    note.hidden = !text;
+    var aside = page.aside ? page.aside() : "";
+    if (aside) note.appendChild(document.createTextNode((text ? " " : "") + aside));
+    note.hidden = !note.textContent;
   }
 
   function search() {
@@ -75,6 +90,7 @@
     if (pending) pending.abort();
     clearMarks();
     hits = [];
+    answer = {};
     index = -1;
     setNote("");
     if (!query) {
@@ -84,7 +100,7 @@
     say("Searching…");
     pending = new AbortController();
     var url = new URL(root.dataset.findUrl, window.location.href);
-    url.searchParams.set("branch", root.dataset.branch);
+    page.params(url);
     url.searchParams.set("q", query);
     var asked = query;
     fetch(url.toString(), { signal: pending.signal, headers: { Accept: "application/json" } })
@@ -94,13 +110,22 @@
       })
       .then(function (data) {
         if (asked !== query) return;
+        answer = data;
         hits = data.hits || [];
         capped = !!data.capped;
         if (!hits.length) {
           say("No hits");
+          setNote("");
           return;
         }
-        go(0);
+        var first = 0;
+        if (startAt !== null) {
+          for (var k = 0; k < hits.length; k++) {
+            if (Number(hits[k].step) >= startAt) { first = k; break; }
+          }
+          startAt = null;
+        }
+        go(first);
       })
       .catch(function (err) {
         if (err.name === "AbortError") return;
@@ -108,13 +133,15 @@
       });
   }
 
-  // The text nodes of `scope` and where each starts in their joined text.
-  function textOf(scope) {
+  // The text nodes of `scope` (those `accept` takes, if given) and where each starts in
+  // their joined text.
+  function textOf(scope, accept) {
     var walker = document.createTreeWalker(scope, NodeFilter.SHOW_TEXT);
     var nodes = [];
     var text = "";
     var node;
     while ((node = walker.nextNode())) {
+      if (accept && !accept(node, scope)) continue;
       nodes.push({ node: node, start: text.length });
       text += node.nodeValue;
     }
@@ -122,8 +149,8 @@
   }
 
   // Wrap text [from, to) of `scope` in <mark> elements (one per text node it spans).
-  function markRange(scope, from, to) {
-    var found = textOf(scope);
+  function markRange(scope, from, to, accept) {
+    var found = textOf(scope, accept);
     var marks = [];
     found.nodes.forEach(function (entry) {
       var len = entry.node.nodeValue.length;
@@ -142,9 +169,9 @@
   }
 
   // Where the hit's occurrence lies in the field's rendered text (-1: not in it, e.g. a
-  // rendering that shows the stored text otherwise, or a preview shorter than the text).
-  function locate(scope, occurrence) {
-    var text = textOf(scope).text.toLowerCase();
+  // rendering that shows the stored text otherwise, or an excerpt shorter than the text).
+  function locate(scope, occurrence, accept) {
+    var text = textOf(scope, accept).text.toLowerCase();
     var needle = query.toLowerCase();
     var at = -1;
     var from = 0;
@@ -161,46 +188,207 @@
     index = ((i % hits.length) + hits.length) % hits.length;
     var hit = hits[index];
     var asked = query;
-    var where = hit.field + " of step " + hit.step;
-    say("hit " + (index + 1).toLocaleString("en-US") + " of " + total());
+    var where = page.where(hit);
+    say("hit " + number(index + 1) + " of " + total());
     bar.dataset.step = hit.step;
-    window.StudioTimeline.showStep(hit.step).then(function (step) {
+    page.reveal(hit).then(function (place) {
       if (asked !== query || hits[index] !== hit) return;
       clearMarks();
-      if (!step) {
+      if (!place) {
         setNote("Step " + hit.step + " could not be loaded.");
         return;
       }
-      var scope = step.querySelector(FIELD_SELECTORS[hit.field]);
-      if (scope && scope.tagName === "DETAILS") scope.open = true;
-      var more = hit.part === "load" && !hit.loaded && scope && scope.querySelector(".preview-more button[hx-get]");
-      if (more) {
-        hit.loaded = true; // asked once: an error answer leaves the preview, never a loop
-        // past a long observation's preview: load it whole (as its button does), then mark
-        setNote("In the " + where + ", past its preview: loading the full observation…");
-        htmx.ajax("GET", more.getAttribute("hx-get"), { source: more, target: scope, swap: "innerHTML" })
-          .then(function () { if (hits[index] === hit && asked === query) go(index); });
+      if (place.cell) place.cell.classList.add("find-cell");
+      var scope = place.scope;
+      var at = scope && !place.loadFirst ? locate(scope, hit.occurrence, place.accept) : -1;
+      if (at < 0 && hit.part !== "cut" && place.more && !hit.loaded) {
+        hit.loaded = true; // asked once: an error answer leaves the excerpt, never a loop
+        setNote("In the " + where + ", " + place.moreWords);
+        place.more().then(function () { if (hits[index] === hit && asked === query) go(index); });
         return;
       }
       if (hit.part === "cut") {
         setNote("In the " + where + ", in the part not shown:", hit.full_url);
-        step.scrollIntoView({ block: "start" });
+        place.anchor.scrollIntoView({ block: page.anchorBlock });
         return;
       }
-      var at = scope ? locate(scope, hit.occurrence) : -1;
+      if (place.loadFirst) at = scope ? locate(scope, hit.occurrence, place.accept) : -1;
       if (at < 0) {
         setNote("In the " + where + ", not in its rendering on this page:", hit.full_url);
-        step.scrollIntoView({ block: "start" });
+        place.anchor.scrollIntoView({ block: page.anchorBlock });
         return;
       }
       setNote("In the " + where + ".");
-      var marks = markRange(scope, at, at + query.length);
+      var marks = markRange(scope, at, at + query.length, place.accept);
       if (marks.length) {
         marks.forEach(function (m) { m.classList.add("current"); });
         marks[0].scrollIntoView({ block: "center" });
       }
     });
   }
+
+  // ---- the trajectory page: one branch, its steps in windows -------------------------------
+
+  var STEP_FIELDS = {
+    thinking: ".thinking",
+    action: ".step-action",
+    observation: ".step-obs .obs-body",
+  };
+
+  var trajectoryPage = {
+    anchorBlock: "start",
+    params: function (url) {
+      url.searchParams.set("branch", root.dataset.branch);
+    },
+    where: function (hit) {
+      return hit.field + " of step " + hit.step;
+    },
+    // The hit's step in the page: its field (`scope`), and for a hit past a long
+    // observation's preview, how to load the observation whole (before looking).
+    reveal: function (hit) {
+      return window.StudioTimeline.showStep(hit.step).then(function (step) {
+        if (!step) return null;
+        var scope = step.querySelector(STEP_FIELDS[hit.field]);
+        if (scope && scope.tagName === "DETAILS") scope.open = true;
+        var button = hit.part === "load" && scope && scope.querySelector(".preview-more button[hx-get]");
+        return {
+          scope: scope,
+          anchor: step,
+          loadFirst: !!button,
+          moreWords: "past its preview: loading the full observation…",
+          more: button ? function () {
+            return htmx.ajax("GET", button.getAttribute("hx-get"), { source: button, target: scope, swap: "innerHTML" });
+          } : null,
+        };
+      });
+    },
+  };
+
+  // ---- the compare view: every compared branch, rows in windows, folded runs --------------
+
+  function columns() {
+    var heads = document.querySelectorAll(".compare-table thead th.compare-head[data-branch-id]");
+    return Array.prototype.map.call(heads, function (th) { return th.dataset.branchId; });
+  }
+
+  function branchName(id) {
+    var found = (answer.branches || []).filter(function (b) { return b.id === id; })[0];
+    var column = columns().indexOf(String(id)) + 1;
+    return (found ? "branch " + found.name : "branch " + id) + (column ? " (column " + column + ")" : "");
+  }
+
+  // The rows view's URL (the compared branches and diff of the page) with these parameters.
+  function rowsUrl(params) {
+    var url = new URL(root.dataset.rowsUrl, window.location.href);
+    Object.keys(params).forEach(function (key) {
+      if (params[key] !== undefined) url.searchParams.set(key, params[key]);
+    });
+    return url.toString();
+  }
+
+  function busy(el) {
+    return el.classList.contains("htmx-request") || !!el.querySelector(".htmx-request");
+  }
+
+  // Resolves once htmx is done with `el` (a loader or a run being opened as it scrolled in).
+  function idle(el) {
+    return new Promise(function (resolve) {
+      (function check() {
+        if (!el.isConnected || !busy(el)) resolve();
+        else window.setTimeout(check, 50);
+      })();
+    });
+  }
+
+  // The row of the page that stands for step n while its own row is not there: a folded run
+  // (data-start..data-end), an opened run's loader (data-start..data-to), a gap the find
+  // left (data-start..data-end) or the loader of the steps not compared yet (data-start..).
+  function holderOf(n) {
+    var rows = document.querySelectorAll(
+      "#compare-rows > tr.compare-run, #compare-rows > tr.compare-more, #compare-rows > tr.compare-gap"
+    );
+    for (var i = 0; i < rows.length; i++) {
+      var d = rows[i].dataset;
+      if (d.start === undefined) continue;
+      var end = d.end !== undefined ? d.end : d.to;
+      if (parseInt(d.start, 10) <= n && (end === undefined || n <= parseInt(end, 10))) return rows[i];
+    }
+    return null;
+  }
+
+  function jumpParams(holder, n) {
+    var d = holder.dataset;
+    var params = { start: d.start, jump: n };
+    if (holder.classList.contains("compare-run")) params.to = d.end; // identical steps
+    else if (d.to !== undefined) params.to = d.to; // the rest of an opened run: identical too
+    else {
+      params.run = d.run;
+      params.until = d.end; // a gap (a loader goes on to the last step)
+    }
+    return params;
+  }
+
+  // Bring the row of step n in; resolves it (null: it could not be).
+  function showRow(n, tries) {
+    var row = document.getElementById("compare-step-" + n);
+    if (row || tries > 20) return Promise.resolve(row);
+    var holder = holderOf(n);
+    if (!holder) return Promise.resolve(null);
+    if (busy(holder)) return idle(holder).then(function () { return showRow(n, tries + 1); });
+    return htmx.ajax("GET", rowsUrl(jumpParams(holder, n)), { source: holder, target: holder, swap: "outerHTML" })
+      .then(function () {
+        // still there: the answer was an error, which htmx does not swap in
+        return holder.isConnected ? document.getElementById("compare-step-" + n) : showRow(n, tries + 1);
+      }, function () { return null; });
+  }
+
+  // The text a compare cell shows of its step: in its <pre> (a text or a diff), without what
+  // the diff removed (the reference's text) or the notes of an excerpt's cuts.
+  function shownInCell(node, scope) {
+    var el = node.parentElement;
+    var pre = el && el.closest("pre");
+    return !!pre && scope.contains(pre) && !el.closest("del, .elided, .rendered");
+  }
+
+  var comparePage = {
+    anchorBlock: "center",
+    params: function (url) {
+      columns().forEach(function (id) { url.searchParams.append("b", id); });
+      url.searchParams.set("start", root.dataset.start);
+    },
+    where: function (hit) {
+      return hit.field + " of step " + hit.step + " of " + branchName(hit.branch);
+    },
+    aside: function () {
+      if (!answer.earlier) return "";
+      var n = answer.earlier;
+      return (hits.length ? "Also in " : "In ") + number(n) + " earlier step" + (n === 1 ? "" : "s") +
+        " this page does not show (before step " + answer.start + ").";
+    },
+    // The hit's cell: its field, and for a cell showing an excerpt, how to load it whole
+    // ("Show all") when the match is not in the excerpt.
+    reveal: function (hit) {
+      return showRow(hit.step, 0).then(function (row) {
+        if (!row) return null;
+        var cell = row.querySelector('td.compare-cell[data-branch-id="' + Number(hit.branch) + '"]');
+        if (!cell) return null;
+        var scope = cell.querySelector(hit.field === "action" ? ".cell-action" : ".cell-observation");
+        var button = cell.querySelector("button.show-all[hx-get]");
+        return {
+          scope: scope,
+          cell: cell,
+          anchor: cell,
+          accept: shownInCell,
+          // an excerpt with cuts: its matches are not the field's in order, load it whole
+          loadFirst: !!(button && scope && scope.querySelector(".elided")),
+          moreWords: "past what the cell shows: loading the cell whole…",
+          more: button ? function () {
+            return htmx.ajax("GET", button.getAttribute("hx-get"), { source: button, target: cell, swap: "outerHTML" });
+          } : null,
+        };
+      });
+    },
+  };
 
   document.addEventListener("keydown", function (evt) {
     if (!bar) return;
@@ -232,9 +420,10 @@
   });
 
   document.addEventListener("DOMContentLoaded", function () {
-    root = document.getElementById("trajectory");
+    root = document.querySelector("#trajectory[data-find-url], #compare-find[data-find-url]");
     bar = document.getElementById("find-bar");
-    if (!root || !bar || !root.dataset.findUrl) { bar = null; return; }
+    if (!root || !bar) { bar = null; return; }
+    page = root.dataset.findKind === "compare" ? comparePage : trajectoryPage;
     input = document.getElementById("find-input");
     count = document.getElementById("find-count");
     note = document.getElementById("find-note");
@@ -247,5 +436,13 @@
     document.getElementById("find-close").addEventListener("click", close);
     var opener = document.getElementById("find-open");
     if (opener) opener.addEventListener("click", open);
+    var asked = new URLSearchParams(window.location.search);
+    if (asked.get("find")) {
+      var at = parseInt(asked.get("at") || "", 10);
+      startAt = isNaN(at) ? null : at;
+      input.value = asked.get("find");
+      bar.hidden = false;
+      search();
+    }
   });
 })();

@@ -142,6 +142,14 @@ def trajectory_ids(value: Any, lookup: Lookup) -> Any:
     return [v for v in out if v is not None]
 
 
+def step_ids(value: Any, lookup: Lookup) -> Any:
+    """[step id, ...] (a behaviour search's candidates); a step no longer there is left out."""
+    if not isinstance(value, list):
+        return value
+    out = [_id(lookup, "studio.step", v) for v in value]
+    return [v for v in out if v is not None]
+
+
 EMBEDDED: dict[tuple[str, str], Embedded] = {
     ("studio.branch", "lineage"): Embedded(("studio.branch",), branch_lineage),
     ("studio.trajectory", "metadata"): Embedded(
@@ -172,4 +180,5 @@ EMBEDDED: dict[tuple[str, str], Embedded] = {
     ("studio.finetunerun", "train_trajectory_ids"): Embedded(
         ("studio.trajectory",), trajectory_ids
     ),
+    ("studio.behavioursearch", "candidate_ids"): Embedded(("studio.step",), step_ids),
 }

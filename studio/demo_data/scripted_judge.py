@@ -15,7 +15,9 @@ judgements of meaning:
   it is between 1 and 4,000 characters);
 - quality: the rounded mean of the others.
 A pairwise question picks the prediction with the higher factuality (or consistency without
-a reference); equal within 2 points is a tie."""
+a reference); equal within 2 points is a tie. Behaviour search's prompts (does a described
+behaviour show in a step, and a name for a group of reasons) are answered by the rules of
+`studio.demo_data.scripted_behaviour`."""
 
 from __future__ import annotations
 
@@ -151,7 +153,13 @@ def _verdict(winner: str, reason: str) -> str:
 
 
 def judge_answer(messages: list[dict[str, Any]]) -> str:
-    """The judge's answer to one of the studio's judge prompts (the last user message)."""
+    """The judge's answer to one of the studio's judge prompts (the last user message); a
+    behaviour search's prompts are answered by `studio.demo_data.scripted_behaviour`."""
+    from studio.demo_data.scripted_behaviour import behaviour_answer
+
+    answered = behaviour_answer(messages)
+    if answered is not None:
+        return answered
     user = ""
     for message in messages:
         if message.get("role") == "user" and isinstance(message.get("content"), str):

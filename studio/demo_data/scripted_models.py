@@ -24,7 +24,11 @@ studio's endpoints that use them ("Scripted demo agent", "Scripted demo world").
   perturbation (the turn's simulation note) makes the call fail.
 
 - `scripted-judge` answers the studio's judge prompts with scores that measure the text's
-  overlap with the reference and the history (`studio.demo_data.scripted_judge`).
+  overlap with the reference and the history (`studio.demo_data.scripted_judge`), and
+  behaviour search's prompts by looking up the description's words (and a small table of
+  their synonyms) in the step (`studio.demo_data.scripted_behaviour`).
+- `scripted-embedding` answers `POST /v1/embeddings` with a hashed bag of each text's words
+  (256 numbers), words of one synonym group on one dimension.
 
 usage counts words as tokens. Code of its own (the tests' fake server is not imported)."""
 
@@ -44,11 +48,13 @@ from datetime import date, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from studio.demo_data.scripted_behaviour import EMBEDDING_MODEL, embed_text
 from studio.demo_data.scripted_judge import JUDGE_MODEL, judge_answer
 
 AGENT_MODEL = "scripted-agent"
 WORLD_MODEL = "scripted-world"
-MODELS = (AGENT_MODEL, WORLD_MODEL, JUDGE_MODEL)
+CHAT_MODELS = (AGENT_MODEL, WORLD_MODEL, JUDGE_MODEL)
+MODELS = (*CHAT_MODELS, EMBEDDING_MODEL)
 OWNER = "agentworld-studio: scripted demo stand-in, not a model"
 FINGERPRINT = "scripted-demo-not-a-model"
 DEFAULT_PORT = 8099
@@ -1305,11 +1311,16 @@ def _cut(text: str, limit: Any) -> tuple[str, bool]:
 def completion(body: dict[str, Any]) -> dict[str, Any]:
     """The chat completion object for a request body (raises ChatError)."""
     model = body.get("model")
-    if model not in MODELS:
+    if model not in CHAT_MODELS:
         raise ChatError(
             404,
             f"The model {model!r} does not exist here: this scripted demo server answers "
-            f"{AGENT_MODEL!r}, {WORLD_MODEL!r} and {JUDGE_MODEL!r} (stand-ins, not models)",
+            f"{AGENT_MODEL!r}, {WORLD_MODEL!r} and {JUDGE_MODEL!r} (stand-ins, not models)"
+            + (
+                f"; {EMBEDDING_MODEL!r} answers POST /v1/embeddings"
+                if model == EMBEDDING_MODEL
+                else ""
+            ),
         )
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -1355,6 +1366,37 @@ def completion(body: dict[str, Any]) -> dict[str, Any]:
             "completion_tokens": out_tokens,
             "total_tokens": prompt_tokens + out_tokens,
         },
+    }
+
+
+def embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    """The embeddings object for a request body (raises ChatError): `scripted-embedding`
+    only, `input` a string or a list of strings."""
+    model = body.get("model")
+    if model != EMBEDDING_MODEL:
+        raise ChatError(
+            404,
+            f"The model {model!r} has no embeddings here: this scripted demo server embeds "
+            f"with {EMBEDDING_MODEL!r} (a hashed bag of words, not a model)",
+        )
+    texts = body.get("input")
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise ChatError(400, "input must be a string or a non-empty list of strings")
+    if len(texts) > 2048:
+        raise ChatError(400, "input holds more than 2048 texts")
+    if body.get("encoding_format") not in (None, "float"):
+        raise ChatError(400, "encoding_format must be 'float' (this server sends no base64)")
+    data = [
+        {"object": "embedding", "index": i, "embedding": embed_text(t)} for i, t in enumerate(texts)
+    ]
+    tokens = sum(count_tokens(t) for t in texts)
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
 
 
@@ -1415,8 +1457,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
-        if path not in ("/v1/chat/completions", "/chat/completions"):
-            self._error(404, f"no route {self.path}: POST /v1/chat/completions")
+        if path not in (
+            "/v1/chat/completions",
+            "/chat/completions",
+            "/v1/embeddings",
+            "/embeddings",
+        ):
+            self._error(404, f"no route {self.path}: POST /v1/chat/completions or /v1/embeddings")
             return
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
@@ -1427,6 +1474,9 @@ class Handler(BaseHTTPRequestHandler):
             self._error(400, "the body must be a JSON object")
             return
         try:
+            if path.endswith("/embeddings"):
+                self._send(200, embeddings(body))
+                return
             result = completion(body)
         except ChatError as exc:
             self._error(exc.status, str(exc))

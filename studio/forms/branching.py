@@ -473,7 +473,10 @@ class CompareForm(_BranchChoiceForm):
 class CompareRowsForm(_BranchChoiceForm):
     """One window of a comparison's rows (`?b=...&diff=&from=`), asked for as the page
     scrolls: `run` (a run of identical steps that began there goes on at `from`), or `to`
-    (the rows from..to of an opened run); `at` + `column`: one cell in full ("Show all")."""
+    (the rows from..to of an opened run); `at` + `column`: one cell in full ("Show all").
+    `until`: the steps from..until of a gap the find bar left; `jump`: the row of that step
+    (the find bar's) with the steps from `start` to it folded (`to`: they are a run of
+    identical steps) or left as a gap."""
 
     b = forms.TypedMultipleChoiceField(coerce=int, label="Branches")
     diff = forms.ChoiceField(choices=COMPARE_DIFFS, required=False)
@@ -482,12 +485,21 @@ class CompareRowsForm(_BranchChoiceForm):
     to = forms.IntegerField(min_value=0, max_value=MAX_ID, required=False)
     at = forms.IntegerField(min_value=0, max_value=MAX_ID, required=False)
     column = id_field(required=False)
+    until = forms.IntegerField(min_value=0, max_value=MAX_ID, required=False)
+    jump = forms.IntegerField(min_value=0, max_value=MAX_ID, required=False)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if self.errors:
             return data
         unique = list(dict.fromkeys(data.get("b") or []))
+        start, jump = data.get("start"), data.get("jump")
+        for name in ("until", "jump"):
+            if data.get(name) is not None and start is not None and data[name] < start:
+                self.add_error(name, f"{name}= is before start= ({data[name]} < {start}).")
+        for name in ("until", "to"):
+            if jump is not None and data.get(name) is not None and jump > data[name]:
+                self.add_error("jump", f"jump= is past {name}= ({jump} > {data[name]}).")
         if not 1 <= len(unique) <= CompareForm.MAX_BRANCHES:
             raise forms.ValidationError(
                 f"Pick 1 to {CompareForm.MAX_BRANCHES} branches (got {len(unique)})."

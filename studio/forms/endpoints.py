@@ -13,7 +13,7 @@ from inference.simulation import limits
 from studio.forms.fields import check_plain_name
 from studio.models import EndpointKind, EndpointRole, ModelEndpoint
 from studio.services import endpoint_hosts
-from studio.services.endpoints import CHAT_ONLY_ROLES, EndpointData, env_key_refusal
+from studio.services.endpoints import OPENAI_ONLY_ROLES, EndpointData, env_key_refusal
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PRICE_MAX = 10_000.0  # USD per million tokens: above any provider's list price
@@ -128,10 +128,11 @@ class EndpointForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         role, kind = data.get("role"), data.get("kind")
-        if role in CHAT_ONLY_ROLES and kind and kind != "openai":
+        if role in OPENAI_ONLY_ROLES and kind and kind != "openai":
+            api = "embeddings" if role == EndpointRole.EMBEDDING else "chat"
             self.add_error(
                 "kind",
-                f"{EndpointRole(role).label}s are OpenAI-compatible chat servers; "
+                f"{EndpointRole(role).label}s are OpenAI-compatible {api} servers; "
                 f"{EndpointKind(kind).label.split(' (')[0]} can only be a world model.",
             )
         if kind in limits.BACKENDS_NEEDING_BASE_URL:

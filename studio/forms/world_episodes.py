@@ -6,6 +6,7 @@ from __future__ import annotations
 from django import forms
 
 from studio.forms.fields import PlainNameField
+from studio.http import whole_number
 from studio.services import world_episodes as service
 from studio.services.episode_library import CLIENTS, STATES
 from studio.services.episode_selection import MAX_EPISODES, NAME_CHARS, TURNS
@@ -71,9 +72,10 @@ class EpisodeIdsField(forms.CharField):
         parts = [p for p in text.replace(",", " ").split() if p]
         ids: list[int] = []
         for part in parts:
-            if not part.isdigit():
+            number = whole_number(part)
+            if number is None:
                 raise forms.ValidationError(f"{part!r} is not an episode id (a whole number)")
-            ids.append(int(part))
+            ids.append(number)
         if len(ids) > MAX_EPISODES:
             raise forms.ValidationError(f"at most {MAX_EPISODES} episodes at once")
         return ids

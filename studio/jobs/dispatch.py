@@ -1,5 +1,6 @@
-"""Sending a job's message again from inside a job body (an evaluation or a judge job whose
-task time is nearly up hands the rest to a new message of itself), by the task's name.
+"""Sending a job's message again from inside a job body (an evaluation, a judge job or a
+behaviour search whose task time is nearly up hands the rest to a new message of itself), by
+the task's name.
 
 The job bodies never import `studio.tasks`: the tasks import the bodies, and the bodies
 importing the tasks back made the cycle evaluations <-> judging <-> tasks. The task names
@@ -21,6 +22,7 @@ EVALUATION_TASK = "studio.run_evaluation"
 JUDGE_TASK = "studio.run_judge_job"
 CAMPAIGN_TASK = "studio.run_campaign"
 EPISODE_STEP_TASK = "studio.run_episode_step"
+BEHAVIOUR_TASK = "studio.run_behaviour_search"
 
 
 def send_again(model: Any, pk: int, previous: str, task_name: str) -> bool:

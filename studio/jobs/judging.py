@@ -73,25 +73,36 @@ def _save(job: JudgeJob, item: JudgeItem, out: dict[str, Any]) -> bool:
     return ok
 
 
-def _unreachable_message(
-    job: JudgeJob, why: str, attempts: int, judged: int, tried: int, left: int
+def unreachable_message(
+    model: str,
+    base_url: str,
+    why: str,
+    attempts: int,
+    done: int,
+    tried: int,
+    left: int,
+    *,
+    noun: str = "step",
+    done_word: str = "judged",
+    what: str = "job",
 ) -> str:
-    """Why a job stopped early: its judge's server could not be reached. `judged` of the
-    `tried` steps were judged (only a step in flight when it stopped can have been), `left`
-    were not tried."""
-    where = f"the judge model {job.judge_model!r} at {job.judge_base_url}"
+    """Why a job that asks a judge stopped early: its server could not be reached. `done`
+    of the `tried` items (`noun`s: steps, candidates) were `done_word` (only one in flight
+    when it stopped can have been), `left` were not tried. Shared by the judge job and
+    behaviour search (`what`: "job", "search")."""
+    where = f"the judge model {model!r} at {base_url}"
     times = {1: "once", 2: "twice"}.get(attempts, f"{attempts} times")
     rest = f"; the other {left} not tried" if left else ""
-    if not judged:
+    if not done:
         return (
-            f"{where} cannot be reached: {why}. No step was judged ({tried} "
-            f"step{'s' if tried != 1 else ''} tried, {times} each{rest}). "
-            "Resume the job once the server answers."
+            f"{where} cannot be reached: {why}. No {noun} was {done_word} ({tried} "
+            f"{noun}{'s' if tried != 1 else ''} tried, {times} each{rest}). "
+            f"Resume the {what} once the server answers."
         )
     return (
-        f"{where} could not be reached for {UNREACHABLE_AFTER} steps in a row ({why}), so the "
-        f"job stopped: {judged} of the {tried} steps tried were judged{rest}. "
-        "Resume the job once the server answers."
+        f"{where} could not be reached for {UNREACHABLE_AFTER} {noun}s in a row ({why}), so the "
+        f"{what} stopped: {done} of the {tried} {noun}s tried were {done_word}{rest}. "
+        f"Resume the {what} once the server answers."
     )
 
 
@@ -164,20 +175,22 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
 
             with ThreadPoolExecutor(max_workers=job.concurrency) as pool:
                 for item in items_for(todo.iterator(chunk_size=500)):
-                    if monitor.cancel_requested:
+                    while len(in_flight) >= job.concurrency and not cannot_reach():
+                        drain_one()
+                    # looked at once a request may go out, after the answers in flight (which
+                    # can take minutes): a Cancel that came meanwhile sends no other request
+                    if monitor.cancelled_now():
                         break
                     if time.monotonic() > deadline:
                         handed_over = True
                         break
-                    while len(in_flight) >= job.concurrency and not cannot_reach():
-                        drain_one()
                     if cannot_reach():
                         stopped = True  # the steps in flight still end and are saved
                         break
                     in_flight[pool.submit(work, item)] = item
                 while in_flight:
                     drain_one()
-            if monitor.cancel_requested:
+            if monitor.cancelled_now():
                 status = JobStatus.CANCELLED
             elif stopped or (
                 not any_judged
@@ -188,8 +201,14 @@ def run_judge_job(job_id: int, message_id: str = "") -> None:
                 # stopped early, or every step of a small job was tried (all handed out before
                 # the early stop could look) and none reached the server: the same words
                 raise JudgingError(
-                    _unreachable_message(
-                        job, unreachable_why, judge.attempts, judged_now, tried, to_judge - done
+                    unreachable_message(
+                        job.judge_model,
+                        job.judge_base_url,
+                        unreachable_why,
+                        judge.attempts,
+                        judged_now,
+                        tried,
+                        to_judge - done,
                     )
                 )
             elif handed_over:

@@ -38,6 +38,7 @@ from django.utils import timezone
 
 from studio.models import (
     ArenaRun,
+    BehaviourSearch,
     Branch,
     Campaign,
     EvaluationRun,
@@ -59,6 +60,7 @@ JobModel = (
     | type[ArenaRun]
     | type[Campaign]
     | type[FineTuneRun]
+    | type[BehaviourSearch]
 )
 
 
@@ -73,6 +75,7 @@ def cancellable(model: JobModel) -> bool:
         ArenaRun,
         Campaign,
         FineTuneRun,
+        BehaviourSearch,
     )
 
 
@@ -209,6 +212,8 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
         message = message.replace("use Retry.", "use Resume (its finished samples are kept).")
     if model is JudgeJob:
         message = message.replace("use Retry.", "use Resume (the steps it judged are kept).")
+    if model is BehaviourSearch:
+        message = message.replace("use Retry.", "use Resume (its labels are kept).")
     if model is ArenaRun:  # it has no Retry: a new arena at the same step is the way on
         message = message.replace(
             "use Retry.",
@@ -228,7 +233,7 @@ def fail_lost(model: JobModel, row: Any, now: Any) -> bool:
                 "STUDIO_JOB_HARD_LIMIT_S); no file was kept: export a smaller version, or "
                 "use manage.py export_dataset."
             )
-        elif model is EvaluationRun or model is JudgeJob:
+        elif model is EvaluationRun or model is JudgeJob or model is BehaviourSearch:
             message = (
                 f"Stopped at the time limit ({settings.STUDIO_JOB_HARD_LIMIT_S} s, "
                 "STUDIO_JOB_HARD_LIMIT_S); what it finished is kept: use Resume."
@@ -390,6 +395,19 @@ class JobMonitor:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+
+    def cancelled_now(self) -> bool:
+        """Whether the job was asked to stop, read from its row now when this monitor has not
+        seen it yet (it looks once a tick): a job looks here just before it sends another
+        request, so none goes out after a Cancel. The monitor still marks the phase
+        "cancelling" on its next tick."""
+        if self.cancel_requested or not cancellable(self.model):
+            return self.cancel_requested
+        model: Any = self.model  # one with cancel_requested
+        state = model.objects.filter(pk=self.pk).values("cancel_requested", "status").first()
+        return bool(
+            state is None or state["cancel_requested"] or state["status"] != JobStatus.RUNNING
+        )
 
     def set_job(self, **fields: Any) -> None:
         with self._lock:

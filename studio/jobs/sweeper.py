@@ -42,6 +42,7 @@ from studio.jobs.runtime import (
 )
 from studio.models import (
     ArenaRun,
+    BehaviourSearch,
     Campaign,
     EvaluationRun,
     ExportJob,
@@ -67,6 +68,7 @@ JOB_MODELS: tuple[JobModel, ...] = (
     ArenaRun,
     Campaign,
     FineTuneRun,
+    BehaviourSearch,
 )
 
 

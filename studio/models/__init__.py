@@ -8,6 +8,12 @@ from studio.models.annotations import (
     Verdict,
 )
 from studio.models.arena import ArenaPair, ArenaRun, PairWinner
+from studio.models.behaviour import (
+    BehaviourCluster,
+    BehaviourLabel,
+    BehaviourSearch,
+    BehaviourUnit,
+)
 from studio.models.campaigns import Campaign, CampaignEpisode, CampaignSource, SlotStatus
 from studio.models.datasets import Dataset, DatasetItem, DatasetVersion, ExportJob
 from studio.models.endpoints import EndpointKind, EndpointRole, ModelEndpoint
@@ -17,6 +23,7 @@ from studio.models.jobs import ImportJob, JobStatus, SimulationJob
 from studio.models.judging import JudgeJob, JudgeTarget, StepJudgement
 from studio.models.perturbations import Perturbation
 from studio.models.projects import Membership, Project, Role
+from studio.models.search import SavedSearch
 from studio.models.tokens import ApiToken, McpSession, TokenRateWindow
 from studio.models.trajectories import (
     DOMAINS,
@@ -41,6 +48,10 @@ __all__ = [
     "TokenRateWindow",
     "ArenaPair",
     "ArenaRun",
+    "BehaviourCluster",
+    "BehaviourLabel",
+    "BehaviourSearch",
+    "BehaviourUnit",
     "Campaign",
     "CampaignEpisode",
     "CampaignSource",
@@ -74,6 +85,7 @@ __all__ = [
     "QueueItem",
     "Role",
     "SampleStage",
+    "SavedSearch",
     "SimulationJob",
     "Step",
     "StepJudgement",

@@ -14,6 +14,7 @@ class EndpointRole(models.TextChoices):
     WORLD = "world", "World model"
     AGENT = "agent", "Agent model"
     JUDGE = "judge", "Judge model"
+    EMBEDDING = "embedding", "Embedding model"
 
 
 # Kinds are the world-model backends (inference.simulation.limits.BACKENDS, defined once).
@@ -23,7 +24,8 @@ EndpointKind = models.TextChoices(  # type: ignore[call-overload]
 
 
 class ModelEndpoint(models.Model):
-    """A model the project can run: a world model, an agent model (rollouts) or a judge.
+    """A model the project can run: a world model, an agent model (rollouts), a judge, or an
+    embeddings model (behaviour search ranks and clusters by meaning with it).
     Admins register them; every form that runs a model picks one. The API key is stored
     encrypted (`studio.secrets`) or named as an environment variable of the workers, and
     never shown again."""

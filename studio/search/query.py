@@ -1,11 +1,16 @@
 """The search box's query language, parsed into a typed `Query` (no database here).
 
-    words            every word must match (AND), anywhere in the step's action or observation
+    words            every word must match (AND): all in the step's action and observation,
+                     or all in one of its annotations (comment, tags, correction)
     "a phrase"       the words in this order, next to each other
     pref*            a word starting with "pref"
     -word -"a b"     excludes steps that match (any term or filter can be negated)
     action:word      the word in the action only (observation: likewise); the value may be
                      a phrase or a prefix: action:"rm -rf", observation:err*
+    comment:word     in an annotation's comment (tag: its tags, correction: its corrected
+                     observation); several of these must hold in the same annotation
+    title:word       in the step's trajectory's title (task: its task, world: the name of the
+                     world it was played in)
     domain:web  source:simulated  model:qwen3-8b  perturbation:drop-line  verdict:reject
                      filters on the step's trajectory, provenance, model and annotations
     re:/pattern/     a regular expression (Python syntax; re:/pattern/i ignores case),
@@ -23,7 +28,10 @@ from dataclasses import dataclass, field
 from studio.models.annotations import Verdict
 from studio.models.trajectories import DOMAINS
 
-TEXT_FIELDS = ("action", "observation")
+STEP_FIELDS = ("action", "observation")
+ANNOTATION_FIELDS = ("comment", "tag", "correction")
+TRAJECTORY_FIELDS = ("title", "task", "world")
+TEXT_FIELDS = (*STEP_FIELDS, *ANNOTATION_FIELDS, *TRAJECTORY_FIELDS)
 SOURCES = ("recorded", "simulated", "perturbed", "episode")
 VERDICTS = tuple(v.value for v in Verdict)
 FILTER_FIELDS = ("domain", "source", "model", "perturbation", "verdict")
@@ -52,7 +60,7 @@ class TextTerm:
 
     words: tuple[str, ...]
     prefix: bool = False  # the last word is a prefix
-    field: str | None = None  # "action" / "observation"; None: either
+    field: str | None = None  # one of TEXT_FIELDS; None: a step's text or an annotation's
     negated: bool = False
 
     @property
@@ -91,6 +99,17 @@ class Query:
     @property
     def negative_text(self) -> tuple[TextTerm, ...]:
         return tuple(t for t in self.text if t.negated)
+
+    def positive_in(self, fields: tuple[str | None, ...]) -> tuple[TextTerm, ...]:
+        return tuple(t for t in self.positive_text if t.field in fields)
+
+    def negative_in(self, fields: tuple[str | None, ...]) -> tuple[TextTerm, ...]:
+        return tuple(t for t in self.negative_text if t.field in fields)
+
+    @property
+    def words(self) -> tuple[TextTerm, ...]:
+        """The positive terms of no field (a step's text or one of its annotations)."""
+        return self.positive_in((None,))
 
     @property
     def is_empty(self) -> bool:

@@ -11,7 +11,8 @@ says which (`regex_scope`)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,12 +22,34 @@ from django.db.models import Q
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from studio.search.backends import INDEXED_CHARS, Compiled, compile_where, source_of
-from studio.search.query import Query, RegexTerm, TextTerm, parse
+from studio.search.backends import (
+    INDEXED_CHARS,
+    SEES_ALL,
+    Compiled,
+    Viewer,
+    candidates_sql,
+    compile_branches,
+    count_sql,
+    page_sql,
+    source_of,
+    tested_sql,
+    trajectory_where,
+)
+from studio.search.backends import trajectory_ids_sql as steps_trajectory_ids_sql
+from studio.search.query import (
+    ANNOTATION_FIELDS,
+    STEP_FIELDS,
+    Query,
+    RegexTerm,
+    TextTerm,
+    parse,
+)
 from studio.services.model_identity import identities_of_jobs, identity_of_step
 
 SORTS = ("relevance", "newest", "oldest")
 COUNT_LIMIT = 1000  # beyond this many hits the total reads "more than 1,000"
+# PostgreSQL: a phrase or field term is tested on at most this many steps holding its words
+PHRASE_CANDIDATES = 10_000
 MAX_PER_PAGE = 100
 MAX_OFFSET = 10_000
 SNIPPET_BEFORE, SNIPPET_AFTER = 60, 180
@@ -40,10 +63,17 @@ def regex_candidates() -> int:
 class Snippet:
     """A piece of a step's text around a match: (text, marked) pieces, escaped on output."""
 
-    field: str  # "action" / "observation"
+    field: str  # "action" / "observation", or an annotation's "comment" / "tag" / "correction"
     pieces: tuple[tuple[str, bool], ...]
     cut_before: bool = False
     cut_after: bool = False
+    author: str = ""  # whose annotation it is from (an annotation's field)
+
+    @property
+    def heading(self) -> str:
+        if self.field in ("action", "observation"):
+            return self.field
+        return f"{self.field} by {self.author}" if self.author else self.field
 
     def html(self) -> SafeString:
         out = "…" if self.cut_before else ""
@@ -61,6 +91,7 @@ class StepHit:
     step_id: int
     trajectory_id: int
     trajectory_title: str
+    trajectory_domain: str
     branch_id: int
     branch_name: str
     index: int
@@ -73,6 +104,7 @@ class StepHit:
 class TrajectoryGroup:
     trajectory_id: int
     title: str
+    domain: str
     hits: tuple[StepHit, ...]
 
 
@@ -88,9 +120,33 @@ class StepResults:
     has_next: bool = False
     regex_scope: str = ""  # what a regular expression was applied to, in words
     trajectory_matches: list[int] = field(default_factory=list)  # titles/tasks/worlds
+    # sorted by relevance with more than `COUNT_LIMIT` hits (PostgreSQL): the newest
+    # `ranked_among` hits were ranked, and come first; the others follow, newest first
+    ranked_among: int = 0
+    # a phrase or field term was tested on the newest `PHRASE_CANDIDATES` steps holding
+    # its words only, and there are more: `total` hits at least (PostgreSQL)
+    total_is_partial: bool = False
+    # ranked by meaning (`studio.search.meaning`): among which hits, and each one's cosine
+    meaning_scope: str = ""
+    similarity: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def ranking_label(self) -> str:
+        """How the hits are ordered by relevance when not all were ranked ("" otherwise)."""
+        if not self.ranked_among:
+            return ""
+        return (
+            f"best first among the newest {self.ranked_among:,} hits, then the older ones "
+            "newest first"
+        )
 
     @property
     def total_label(self) -> str:
+        if self.total_is_partial:
+            return (
+                f"{self.total:,} in the newest {PHRASE_CANDIDATES:,} steps that hold every word "
+                "(older ones not searched)"
+            )
         if self.total_is_lower_bound:
             return f"more than {self.total:,}"
         return f"{self.total:,}"
@@ -102,9 +158,22 @@ class StepResults:
         for hit in self.hits:
             order.setdefault(hit.trajectory_id, []).append(hit)
         return [
-            TrajectoryGroup(tid, hits[0].trajectory_title, tuple(hits))
+            TrajectoryGroup(tid, hits[0].trajectory_title, hits[0].trajectory_domain, tuple(hits))
             for tid, hits in order.items()
         ]
+
+
+def viewer_for(membership) -> Viewer:
+    """How `membership`'s user searches its project: researchers and admins see every
+    annotation; anyone else not the others' annotations of the steps a blind queue hides
+    from them (`studio.services.blinding`)."""
+    from studio.services.blinding import hidden_items, sees_everything
+
+    if membership is None or sees_everything(membership):
+        return SEES_ALL
+    rows = hidden_items(membership.project_id, membership.user_id).values("step_id")
+    sql, params = rows.query.sql_with_params()
+    return Viewer(membership.user_id, sql, tuple(params))
 
 
 def search_steps(
@@ -114,10 +183,11 @@ def search_steps(
     page: int = 1,
     per_page: int = 25,
     sort: str = "relevance",
+    viewer: Viewer = SEES_ALL,
 ) -> StepResults:
-    """The steps of `project_ids` that `query` matches (a string is parsed: `QueryError`).
-    `sort`: relevance (best first; newest first when the query has no words), newest,
-    oldest."""
+    """The steps of `project_ids` that `query` matches (a string is parsed: `QueryError`),
+    as `viewer` may see them (pages pass `viewer_for(membership)`). `sort`: relevance (best
+    first; newest first when the query has no words), newest, oldest."""
     if isinstance(query, str):
         query = parse(query)
     if sort not in SORTS:
@@ -128,50 +198,125 @@ def search_steps(
     ids = sorted({int(p) for p in project_ids})
     if not ids or query.is_empty:
         return results
-    results.trajectory_matches = _trajectory_matches(ids, query)
-    compiled = compile_where(query, connection.vendor, ids)
-    order, order_params = _order(compiled, sort)
+    results.trajectory_matches = trajectory_matches(ids, query)
+    branches = compile_branches(query, connection.vendor, ids, viewer)
     offset = min((page - 1) * per_page, MAX_OFFSET)
     if query.regexes:
         step_ids, results.total, results.regex_scope = _regex_page(
-            compiled, order, order_params, query, offset, per_page
+            branches, sort, query, offset, per_page
         )
+    elif connection.vendor == "postgresql":
+        step_ids, counted, results.ranked_among, results.total_is_partial = _candidates_page(
+            branches, sort, per_page, offset
+        )
+        results.total = min(counted, COUNT_LIMIT)
+        results.total_is_lower_bound = counted > COUNT_LIMIT
     else:
-        sql = (
-            f"SELECT s.id FROM {compiled.from_sql} WHERE {compiled.where_sql} "
-            f"ORDER BY {order} LIMIT %s OFFSET %s"
-        )
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*compiled.params, *order_params, per_page + 1, offset])
+            cursor.execute(*page_sql(branches, sort, per_page + 1, offset))
             step_ids = [r[0] for r in cursor.fetchall()]
-            cursor.execute(
-                f"SELECT COUNT(*) FROM (SELECT 1 FROM {compiled.from_sql} "
-                f"WHERE {compiled.where_sql} LIMIT %s) AS found",
-                [*compiled.params, COUNT_LIMIT + 1],
-            )
+            cursor.execute(*count_sql(branches, COUNT_LIMIT + 1))
             counted = cursor.fetchone()[0]
         results.total = min(counted, COUNT_LIMIT)
         results.total_is_lower_bound = counted > COUNT_LIMIT
     results.has_next = len(step_ids) > per_page
-    results.hits = _hits(step_ids[:per_page], query)
+    results.hits = _hits(step_ids[:per_page], query, viewer)
     return results
 
 
-def trajectory_ids_sql(project_ids: list[int], query: Query) -> tuple[str, list[Any]]:
+def _candidates_page(
+    branches: list[Compiled], sort: str, per_page: int, offset: int
+) -> tuple[list[int], int, int, bool]:
+    """PostgreSQL: the page's step ids (one more than `per_page`, to tell a next page), the
+    hits counted (up to `COUNT_LIMIT` + 1) and how many were ranked (0: all, or not by
+    relevance). One query reads the newest `COUNT_LIMIT` + 1 hits (`candidates_sql`):
+    their number is the count, and by relevance these are ranked; past them the hits follow
+    in newest order (oldest order for oldest), which a second query reads for deep pages."""
+    with connection.cursor() as cursor:
+        cursor.execute(*candidates_sql(branches, sort, COUNT_LIMIT + 1, PHRASE_CANDIDATES))
+        rows = cursor.fetchall()
+        counted = len(rows)
+        partial = False
+        check = tested_sql(branches, PHRASE_CANDIDATES) if counted <= COUNT_LIMIT else None
+        if check is not None:
+            cursor.execute(*check)
+            partial = bool(cursor.fetchone()[0])
+        kept = rows[:COUNT_LIMIT]
+        ranked = sort == "relevance" and all(b.rank_vector for b in branches)
+        if ranked:
+            kept.sort(key=lambda row: (-row[1], -row[0]))
+        want = per_page + 1
+        step_ids = [row[0] for row in kept[offset : offset + want]]
+        if len(step_ids) < want and counted > COUNT_LIMIT and not partial:
+            tail = "oldest" if sort == "oldest" else "newest"
+            start = max(offset, COUNT_LIMIT)
+            cursor.execute(*page_sql(branches, tail, want - len(step_ids), start))
+            step_ids += [r[0] for r in cursor.fetchall()]
+    return step_ids, counted, COUNT_LIMIT if ranked and counted > COUNT_LIMIT else 0, partial
+
+
+def best_step_ids(branches: list[Compiled], limit: int) -> list[int]:
+    """The ids of the best `limit` matches (relevance; newest first where the query has no
+    words to rank by), bounded as a page is on PostgreSQL (the newest `COUNT_LIMIT` hits
+    ranked)."""
+    if connection.vendor == "postgresql":
+        step_ids, _, _, _ = _candidates_page(branches, "relevance", limit - 1, 0)
+        return step_ids[:limit]
+    with connection.cursor() as cursor:
+        cursor.execute(*page_sql(branches, "relevance", limit, 0))
+        return [r[0] for r in cursor.fetchall()]
+
+
+def matching_step_ids(
+    project_ids: list[int], query: Query | str, limit: int, *, viewer: Viewer = SEES_ALL
+) -> list[int]:
+    """The ids of the newest `limit` steps the whole query matches (regular expressions
+    over the bounded candidates of `search_steps`); every step of the projects when the
+    query is empty."""
+    if isinstance(query, str):
+        query = parse(query)
+    ids = sorted({int(p) for p in project_ids})
+    if not ids or limit <= 0:
+        return []
+    if query.is_empty:
+        from studio.models import Step
+
+        return list(
+            Step.objects.filter(branch__trajectory__project_id__in=ids)
+            .order_by("-id")
+            .values_list("id", flat=True)[:limit]
+        )
+    branches = compile_branches(query, connection.vendor, ids, viewer)
+    if query.regexes:
+        step_ids, _, _ = _regex_page(branches, "newest", query, 0, limit)
+        return step_ids[:limit]
+    with connection.cursor() as cursor:
+        cursor.execute(*page_sql(branches, "newest", limit, 0))
+        return [r[0] for r in cursor.fetchall()]
+
+
+def trajectory_ids_sql(
+    project_ids: list[int], query: Query, viewer: Viewer = SEES_ALL
+) -> tuple[str, list[Any]]:
     """SQL selecting the ids of trajectories with a step the query's index terms and
-    filters match (for the library; regular expressions are not part of it)."""
-    compiled = compile_where(query, connection.vendor, sorted(project_ids))
-    return (
-        f"SELECT b.trajectory_id FROM {compiled.from_sql} WHERE {compiled.where_sql}",
-        compiled.params,
-    )
+    filters match, or whose title, task or world name hold its words (for the library;
+    regular expressions are not part of it)."""
+    ids = sorted(project_ids)
+    sql, params = steps_trajectory_ids_sql(compile_branches(query, connection.vendor, ids, viewer))
+    titled = trajectory_where(query, connection.vendor, ids)
+    if titled is not None:
+        sql += f" UNION SELECT t.id FROM {titled.from_sql} WHERE {titled.where_sql}"
+        params = [*params, *titled.params]
+    return sql, params
 
 
-def trajectory_ids_by_regex(project_ids: list[int], query: Query) -> list[int]:
+def trajectory_ids_by_regex(
+    project_ids: list[int], query: Query, viewer: Viewer = SEES_ALL
+) -> list[int]:
     """The trajectories with a step the whole query matches, regular expressions included,
     over the bounded candidates of `search_steps`."""
-    compiled = compile_where(query, connection.vendor, sorted(project_ids))
-    step_ids, _, _ = _regex_page(compiled, "s.id DESC", [], query, 0, regex_candidates())
+    branches = compile_branches(query, connection.vendor, sorted(project_ids), viewer)
+    step_ids, _, _ = _regex_page(branches, "newest", query, 0, regex_candidates())
     from studio.models import Step
 
     return list(
@@ -181,47 +326,36 @@ def trajectory_ids_by_regex(project_ids: list[int], query: Query) -> list[int]:
     )
 
 
-def _order(compiled: Compiled, sort: str) -> tuple[str, list[Any]]:
-    if sort == "oldest":
-        return "s.id ASC", []
-    if sort == "relevance" and compiled.rank_sql:
-        return f"{compiled.rank_sql}, s.id DESC", list(compiled.rank_params)
-    return "s.id DESC", []
-
-
 def _regex_page(
-    compiled: Compiled,
-    order: str,
-    order_params: list[Any],
-    query: Query,
-    offset: int,
-    per_page: int,
+    branches: list[Compiled], sort: str, query: Query, offset: int, per_page: int
 ) -> tuple[list[int], int, str]:
     """A page of the candidates the regular expressions match, how many match among them,
     and what the candidates were, in words."""
     limit = regex_candidates()
     patterns = [(r.compiled(), r.negated) for r in query.regexes]
-    sql = (
-        f"SELECT s.id, s.action, s.observation FROM {compiled.from_sql} "
-        f"WHERE {compiled.where_sql} ORDER BY {order} LIMIT %s"
-    )
     matched: list[int] = []
-    seen = 0
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*compiled.params, *order_params, limit])
-        while rows := cursor.fetchmany(1000):
-            for step_id, action, observation in rows:
-                seen += 1
+        cursor.execute(*page_sql(branches, sort, limit, 0))
+        candidates = [r[0] for r in cursor.fetchall()]
+        for start in range(0, len(candidates), 1000):
+            chunk = candidates[start : start + 1000]
+            marks = ", ".join(["%s"] * len(chunk))
+            cursor.execute(
+                f"SELECT id, action, observation FROM studio_step WHERE id IN ({marks})", chunk
+            )
+            texts = {row[0]: row[1:] for row in cursor.fetchall()}
+            for step_id in chunk:
+                if step_id not in texts:
+                    continue
+                action, observation = texts[step_id]
                 a, o = (action or "")[:INDEXED_CHARS], (observation or "")[:INDEXED_CHARS]
                 if all(bool(p.search(a) or p.search(o)) != neg for p, neg in patterns):
                     matched.append(step_id)
+    seen = len(candidates)
     capped = seen >= limit
     what = "matching the rest of the query" if (query.text or query.filters) else "in the project"
-    order_words = (
-        "best"
-        if order.startswith(("ts_rank", "bm25"))
-        else ("oldest" if order.startswith("s.id ASC") else "newest")
-    )
+    ranked = sort == "relevance" and all(b.rank_sql for b in branches)
+    order_words = "best" if ranked else ("oldest" if sort == "oldest" else "newest")
     if capped:
         scope = (
             f"The regular expression was applied to the {order_words} {limit:,} steps {what} "
@@ -233,25 +367,22 @@ def _regex_page(
     return page_ids, len(matched), scope
 
 
-def _trajectory_matches(project_ids: list[int], query: Query) -> list[int]:
-    """Trajectories whose title, task or world name holds every positive word (scanned)."""
-    from studio.models import Trajectory
-
-    words = [t for t in query.positive_text if t.field is None]
-    if not words:
+def trajectory_matches(project_ids: list[int], query: Query, limit: int = 50) -> list[int]:
+    """Trajectories whose title, task or world name hold the query's words (the index),
+    best first."""
+    compiled = trajectory_where(query, connection.vendor, sorted(project_ids))
+    if compiled is None:
         return []
-    qs = Trajectory.objects.filter(project_id__in=project_ids)
-    for term in words:
-        text = " ".join(term.words)
-        qs = qs.filter(
-            Q(title__icontains=text)
-            | Q(task_instruction__icontains=text)
-            | Q(metadata__world__name__icontains=text)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT t.id FROM {compiled.from_sql} WHERE {compiled.where_sql} "
+            f"ORDER BY {compiled.order_rank}, t.id DESC LIMIT %s",
+            [*compiled.params, *compiled.rank_params, limit],
         )
-    return list(qs.order_by("-id").values_list("id", flat=True)[:50])
+        return [r[0] for r in cursor.fetchall()]
 
 
-def _hits(step_ids: list[int], query: Query) -> list[StepHit]:
+def _hits(step_ids: list[int], query: Query, viewer: Viewer) -> list[StepHit]:
     from studio.models import Step
 
     if not step_ids:
@@ -273,6 +404,7 @@ def _hits(step_ids: list[int], query: Query) -> list[StepHit]:
             "branch__job_id",
             "branch__trajectory__id",
             "branch__trajectory__title",
+            "branch__trajectory__domain",
             "branch__trajectory__source_format",
         )
     }
@@ -285,6 +417,7 @@ def _hits(step_ids: list[int], query: Query) -> list[StepHit]:
     }
     identities = identities_of_jobs(job_ids)
     markers = _markers(query)
+    annotations = _annotation_texts(step_ids, viewer) if _annotation_markers(query) else {}
     hits = []
     for pk in step_ids:
         s = rows.get(pk)
@@ -303,12 +436,13 @@ def _hits(step_ids: list[int], query: Query) -> list[StepHit]:
                 step_id=s.pk,
                 trajectory_id=trajectory.pk,
                 trajectory_title=trajectory.title,
+                trajectory_domain=trajectory.domain,
                 branch_id=s.branch_id,
                 branch_name=s.branch.name,
                 index=s.index,
                 source=source_of(s.observation_source, s.provenance, trajectory.source_format),
                 model=identity.short if identity is not None else "",
-                snippet=snippet(s.action, s.observation, markers),
+                snippet=_hit_snippet(s, markers, annotations.get(pk, ()), query),
             )
         )
     return hits
@@ -321,9 +455,23 @@ class _Marker:
 
 
 def _markers(query: Query) -> list[_Marker]:
-    out = [_Marker(_term_pattern(t), t.field) for t in query.positive_text]
+    """What a step's own text is marked for: its words and fields and the regexes."""
+    out = [
+        _Marker(_term_pattern(t), t.field)
+        for t in query.positive_text
+        if t.field in (None, *STEP_FIELDS)
+    ]
     out += [_Marker(_regex_pattern(r), None) for r in query.regexes if not r.negated]
     return out
+
+
+def _annotation_markers(query: Query) -> list[_Marker]:
+    """What an annotation's text is marked for: the words and the annotation fields."""
+    return [
+        _Marker(_term_pattern(t), t.field)
+        for t in query.positive_text
+        if t.field in (None, *ANNOTATION_FIELDS)
+    ]
 
 
 def _term_pattern(term: TextTerm) -> re.Pattern[str]:
@@ -342,13 +490,45 @@ def _regex_pattern(term: RegexTerm) -> re.Pattern[str]:
 
 def snippet(action: str, observation: str, markers: list[_Marker]) -> Snippet | None:
     """The first match of any marker in the action, else the observation, with every
-    marker's matches in that window marked. None when nothing matches (a filter-only
-    query: the start of the action then)."""
-    texts = {
-        "action": (action or "")[:INDEXED_CHARS],
-        "observation": (observation or "")[:INDEXED_CHARS],
-    }
-    for name, text in texts.items():
+    marker's matches in that window marked. None when nothing matches; the start of the
+    action when the query has nothing to mark in a step (filters only)."""
+    texts = {"action": action or "", "observation": observation or ""}
+    found = _first_window(texts, markers)
+    if found is None and not markers and (action or observation):
+        name = "action" if action else "observation"
+        text = texts[name][:INDEXED_CHARS]
+        return Snippet(
+            name, ((_plain(text[:SNIPPET_AFTER]), False),), False, len(text) > SNIPPET_AFTER
+        )
+    return found
+
+
+def _hit_snippet(step, markers: list[_Marker], annotations, query: Query) -> Snippet | None:
+    """Where the hit matched: the step's own text, else an annotation the viewer sees; the
+    start of the action when the query marks nothing (filters only)."""
+    found = _first_window({"action": step.action, "observation": step.observation}, markers)
+    annotation_markers = _annotation_markers(query)
+    if found is None and annotation_markers:
+        found = annotation_snippet(annotations, annotation_markers)
+    if found is None and not markers and not annotation_markers:
+        found = snippet(step.action, step.observation, [])
+    return found
+
+
+def annotation_snippet(
+    annotations: Iterable[tuple[str, dict[str, str]]], markers: list[_Marker]
+) -> Snippet | None:
+    """The first match in the annotations (author, {field: text}) the viewer sees."""
+    for author, texts in annotations:
+        found = _first_window(texts, markers)
+        if found is not None:
+            return replace(found, author=author)
+    return None
+
+
+def _first_window(texts: dict[str, str], markers: list[_Marker]) -> Snippet | None:
+    for name, whole in texts.items():
+        text = whole[:INDEXED_CHARS]
         relevant = [m for m in markers if m.field in (None, name)]
         first = min(
             (found.start() for m in relevant if (found := m.pattern.search(text))), default=None
@@ -359,15 +539,46 @@ def snippet(action: str, observation: str, markers: list[_Marker]) -> Snippet | 
         end = min(len(text), first + SNIPPET_AFTER)
         spans: list[tuple[int, int]] = []
         for m in relevant:
-            for found in m.pattern.finditer(text, start, end):
-                if found.end() > found.start():
-                    spans.append((found.start(), min(found.end(), end)))
+            for match in m.pattern.finditer(text, start, end):
+                if match.end() > match.start():
+                    spans.append((match.start(), min(match.end(), end)))
         return Snippet(name, _pieces(text, start, end, spans), start > 0, end < len(text))
-    if not markers and (action or observation):
-        name = "action" if action else "observation"
-        text = texts[name]
-        return Snippet(name, ((text[:SNIPPET_AFTER], False),), False, len(text) > SNIPPET_AFTER)
     return None
+
+
+def _annotation_texts(step_ids: list[int], viewer: Viewer) -> dict[int, list[tuple[str, dict]]]:
+    """The texts of the annotations of those steps that `viewer` sees: step -> [(author,
+    {"comment", "tag", "correction"})], oldest first."""
+    from django.db.models.expressions import RawSQL
+
+    from studio.models import StepAnnotation
+
+    rows = StepAnnotation.objects.filter(step_id__in=step_ids)
+    if viewer.hidden_sql:
+        rows = rows.filter(
+            Q(author_id=viewer.user_id)
+            | ~Q(step_id__in=RawSQL(viewer.hidden_sql, viewer.hidden_params))
+        )
+    out: dict[int, list[tuple[str, dict]]] = {}
+    for step_id, author, comment, tags, correction in rows.order_by("created_at", "id").values_list(
+        "step_id", "author__username", "comment", "tags", "corrected_observation"
+    ):
+        tag_text = " ".join(str(t) for t in tags) if isinstance(tags, list) else str(tags or "")
+        out.setdefault(step_id, []).append(
+            (author or "", {"comment": comment, "tag": tag_text, "correction": correction})
+        )
+    return out
+
+
+# terminal colour codes and other control characters (a tab and a line break stay): a
+# snippet is plain text, and a recorded terminal's escapes would show as boxes
+_CONTROL = re.compile(
+    r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f]"
+)
+
+
+def _plain(text: str) -> str:
+    return _CONTROL.sub("", text)
 
 
 def _pieces(
@@ -383,9 +594,9 @@ def _pieces(
     pos = start
     for a, b in merged:
         if a > pos:
-            pieces.append((text[pos:a], False))
-        pieces.append((text[a:b], True))
+            pieces.append((_plain(text[pos:a]), False))
+        pieces.append((_plain(text[a:b]), True))
         pos = b
     if pos < end:
-        pieces.append((text[pos:end], False))
+        pieces.append((_plain(text[pos:end]), False))
     return tuple(pieces)

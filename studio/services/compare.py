@@ -18,7 +18,9 @@ too, see `studio.services.diffs`); the first row is always built, so every windo
 The page's own window has smaller budgets (FIRST_WINDOW), so that the page comes at once:
 the windows after it go on where it stopped. Cells carry whole texts; the presenters show
 excerpts of long ones (CELL_CHARS) and "Show all" asks for one cell in full
-(`compare_row`).
+(`compare_row`). The find bar goes to a step that is not in the page by asking for its row in
+place of the folded run, loader or gap that holds it (`jump_window`): the steps it jumps over
+stay a folded run, or a gap (`CompareGap`) compared when asked.
 
 Nothing here builds HTML: `studio.presenters.diff` and the compare template render it."""
 
@@ -122,14 +124,28 @@ class CompareRun:
 
 
 @dataclass
+class CompareGap:
+    """Steps start..end not compared yet: the find bar went past them to a later step
+    (`jump_window`); they are compared when asked (`scan_window` up to `end`). `open_run`: a
+    run of identical steps began there and goes on at `start`."""
+
+    start: int
+    end: int
+    open_run: int | None = None
+    kind: str = "gap"
+
+
+@dataclass
 class CompareWindow:
-    items: list[CompareRow | CompareRun] = field(default_factory=list)
+    items: list[CompareRow | CompareRun | CompareGap] = field(default_factory=list)
     next_start: int | None = None  # the next window starts here (None: nothing follows)
     # A run of identical steps that goes on past this window began here: the next window
     # continues it (its row then says the whole run).
     open_run: int | None = None
     # The window is part of an opened run, which ends here (its next windows stop there).
     stop: int | None = None
+    # The window compares the steps of a gap, which ends here: what it leaves is a gap too.
+    until: int | None = None
 
 
 @dataclass
@@ -255,16 +271,19 @@ def scan_window(
     *,
     open_run: int | None = None,
     budget: Budget = WINDOW,
+    until: int | None = None,
 ) -> CompareWindow:
     """From `start`: the rows where the branches differ and the runs of identical steps
-    between them, until the budget is spent or the last step. `open_run`: a run of
-    identical steps began there and went on to `start`."""
-    window = CompareWindow()
+    between them, until the budget is spent or the last step (`until`: or that step; what
+    the budget leaves of a gap is a gap). `open_run`: a run of identical steps began there
+    and went on to `start`."""
+    window = CompareWindow(until=until)
+    last = comparison.last if until is None else min(until, comparison.last)
     layout: list[int | CompareRun] = []  # an index: the row of that step, built below
     run = open_run
     lo, read, found = start, 0, 0
-    while lo <= comparison.last and found < budget.rows and read < budget.read_bytes:
-        hi = min(comparison.last, lo + SCAN_CHUNK - 1)
+    while lo <= last and found < budget.rows and read < budget.read_bytes:
+        hi = min(last, lo + SCAN_CHUNK - 1)
         identical, empty, cost = _identical_indexes(comparison, lo, hi)
         read += cost
         for index in range(lo, hi + 1):
@@ -288,12 +307,61 @@ def scan_window(
                 hi = index
                 break
         lo = hi + 1
-    if lo > comparison.last:
+    if lo > last:
         if run is not None:
-            layout.append(CompareRun(run, comparison.last))
+            layout.append(CompareRun(run, last))
     else:
         window.next_start, window.open_run = lo, run
     _fill(window, comparison, layout, budget)
+    if until is not None and window.next_start is not None:
+        # the rest of the gap stays one, compared when asked (no loader that fires as it
+        # shows: it sits just above the step jumped to, in view)
+        window.items.append(CompareGap(window.next_start, last, window.open_run))
+        window.next_start = window.open_run = None
+    return window
+
+
+def jump_window(
+    comparison: Comparison,
+    start: int,
+    index: int,
+    *,
+    open_run: int | None = None,
+    run_end: int | None = None,
+    until: int | None = None,
+) -> CompareWindow:
+    """What the find bar puts in place of the row that holds step `index` (`start` <=
+    `index`) when that step is not in the page: the row of `index`, whether or not it
+    differs, with the steps around it as they were.
+
+    `run_end`: steps start..run_end are a run of identical steps (folded, or being opened):
+    the run before `index` and the one after stay folded. Otherwise steps from `start` on
+    are not compared yet (a loader, or a gap): those before `index` become a gap (with
+    `open_run`, a run of identical steps that began before `start`), and the steps after it
+    are compared as a window from there (up to `until`: the end of the gap it was in)."""
+    window = CompareWindow()
+    row = build_rows(comparison, [index])
+    if run_end is not None:
+        run_end = min(run_end, comparison.last)
+        if start < index:
+            window.items.append(CompareRun(start, index - 1))
+        window.items += row
+        if index < run_end:
+            window.items.append(CompareRun(index + 1, run_end))
+        window.stop = run_end  # no end-of-comparison row: what follows the run is in the page
+        return window
+    if start < index:
+        window.items.append(CompareGap(start, index - 1, open_run))
+    elif open_run is not None and open_run < index:
+        window.items.append(CompareRun(open_run, index - 1))
+    window.items += row
+    last = comparison.last if until is None else min(until, comparison.last)
+    if index >= last:
+        window.until = until
+        return window
+    after = scan_window(comparison, index + 1, until=until)
+    window.items += after.items
+    window.next_start, window.open_run, window.until = after.next_start, after.open_run, until
     return window
 
 

@@ -1,7 +1,7 @@
 """Model endpoints, the models a project can run: seeding them from the environment, the
 project's defaults, what a simulation request takes from one, their API keys, and testing
 one with a one-token request (a judge: with a judge request whose answer must parse into the
-judge answer shape)."""
+judge answer shape; an embeddings model: with two texts to embed)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 # Roles whose models speak the OpenAI chat API (the agent of a rollout, the judge).
 CHAT_ONLY_ROLES = {EndpointRole.AGENT, EndpointRole.JUDGE}
+# Roles served only by an OpenAI-compatible server: those, and embeddings (/v1/embeddings).
+OPENAI_ONLY_ROLES = {*CHAT_ONLY_ROLES, EndpointRole.EMBEDDING}
 TEST_TIMEOUT_S = 15.0
 
 
@@ -518,6 +520,38 @@ def probe_chat(endpoint: ModelEndpoint) -> tuple[bool, float | None, str]:
     if judge:
         return _judge_answer_verdict(served, text, cut, latency, max_tokens)
     return True, latency, ANSWERED.format(served=served)
+
+
+# The embeddings model's Test: two texts, each must come back as a vector of one length.
+EMBEDDING_TEST_TEXTS = ("the agent deletes a file", "rm -rf /tmp/cache")
+
+
+def probe_embedding(endpoint: ModelEndpoint) -> tuple[bool, float | None, str]:
+    """`POST /v1/embeddings` with two short texts: (answered, milliseconds, what it said):
+    ANSWERED with the vectors' length, or NOT_ANSWERED (never what else answered, as
+    `probe_chat`). A host that is not allowed, or a key that may not be sent, is never asked."""
+    from inference.embeddings import Embedder
+
+    try:
+        key = api_key_of(endpoint)
+    except EndpointError as exc:
+        return False, None, f"not tested: {exc}"
+    started = time.perf_counter()
+    try:
+        embedder = Embedder(
+            endpoint.base_url, endpoint.model, key, timeout=TEST_TIMEOUT_S, max_retries=0
+        )
+        with embedder.client:
+            vectors = embedder.embed(list(EMBEDDING_TEST_TEXTS))
+    except Exception as exc:  # noqa: BLE001 - the page says only that
+        log.info("Test of endpoint %s did not answer: %s: %s", endpoint.pk, type(exc).__name__, exc)
+        return False, None, NOT_ANSWERED
+    latency = (time.perf_counter() - started) * 1000
+    sizes = {len(v) for v in vectors}
+    if len(vectors) != 2 or len(sizes) != 1:
+        return False, latency, "answered, but not one vector of one length per text"
+    served = ANSWERED.format(served=endpoint.model)
+    return True, latency, f"{served}; {sizes.pop()} numbers per text"
 
 
 def _chat_answer(response: Any) -> tuple[str, str, bool] | None:

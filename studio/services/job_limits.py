@@ -26,6 +26,7 @@ from django.template.defaultfilters import filesizeformat
 
 from inference.simulation.request import InvalidRequest, SimulationRequest
 from studio.models import (
+    BehaviourSearch,
     Branch,
     EvaluationRun,
     ExportJob,
@@ -154,7 +155,8 @@ def check_simulation(branch: Branch, request: SimulationRequest) -> None:
 
 
 def active_jobs(project_id: int) -> int:
-    """Simulation (not episode steps), evaluation, judge and export jobs queued or running."""
+    """Simulation (not episode steps), evaluation, judge, behaviour search and export jobs
+    queued or running."""
     active = Q(status__in=ACTIVE)
     return (
         SimulationJob.objects.filter(active, trajectory__project_id=project_id, appends=False)
@@ -162,6 +164,7 @@ def active_jobs(project_id: int) -> int:
         .count()
         + EvaluationRun.objects.filter(active, project_id=project_id).order_by().count()
         + JudgeJob.objects.filter(active, project_id=project_id).order_by().count()
+        + BehaviourSearch.objects.filter(active, project_id=project_id).order_by().count()
         + ExportJob.objects.filter(active, version__dataset__project_id=project_id)
         .order_by()
         .count()
@@ -178,8 +181,8 @@ def check_room(project_id: int, adding: int = 1) -> None:
     if count + adding > limit:
         raise TooManyJobs(
             f"this project has {count} job{'s' if count != 1 else ''} queued or running "
-            f"(simulations, evaluations, judge and export jobs): the limit is {limit} at once "
-            "(STUDIO_MAX_ACTIVE_JOBS); wait for one to finish or cancel one"
+            "(simulations, evaluations, judge jobs, behaviour searches and exports): the limit "
+            f"is {limit} at once (STUDIO_MAX_ACTIVE_JOBS); wait for one to finish or cancel one"
         )
 
 

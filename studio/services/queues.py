@@ -59,6 +59,10 @@ class QueueData:
     tag: str = ""
     limit: int = 200
     branches: tuple[int, ...] = field(default_factory=tuple)  # a compare view's branches
+    # chosen steps (a search's hits, a behaviour search's matches): these and no filter;
+    # `picked` says where they come from, in words, for the queue's description
+    steps: tuple[int, ...] = field(default_factory=tuple)
+    picked: str = ""
     world: str = ""  # steps simulated in this world
     judge_below: float | None = None  # steps whose newest judge total is below this (1-5)
     guidelines: str = ""  # Markdown
@@ -80,11 +84,21 @@ class QueueData:
             parts.append(f"judge score below {self.judge_below:g}")
         if self.branches:
             parts = [f"the steps of {len(self.branches)} compared branches"]
+        if self.steps:
+            return self.picked or f"{len(self.steps)} chosen steps"
         return ", ".join(parts) + f"; at most {self.limit}"
 
 
 def steps_for(project: Project, data: QueueData):
     rows = Step.objects.filter(branch__trajectory__project=project)
+    if data.steps:
+        # in reading order (trajectory by trajectory, each branch's steps in order); a step
+        # with no observation has nothing to annotate, as below
+        return (
+            rows.filter(pk__in=data.steps)
+            .exclude(observation="")
+            .order_by("branch__trajectory_id", "branch_id", "index")
+        )
     if data.branches:
         return rows.filter(branch_id__in=data.branches).order_by("branch_id", "index")
     if data.domain:

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from inference.judge import DIMENSIONS
 from studio.access import get_step_for_user, signed_in_user
-from studio.http import HtmxHttpRequest
+from studio.http import HtmxHttpRequest, whole_number
 from studio.models import AnnotationQueue, Branch, Dataset, Step, Verdict
 from studio.rendering.bounded import field_chars, is_cut
 from studio.rendering.markdown import render_markdown
@@ -31,9 +31,9 @@ from studio.services.judging import latest_judgements
 def _branch_of(request: HtmxHttpRequest, step: Step) -> Branch:
     """The branch the annotator came from (`?branch=`, on which an inherited step shows), if
     it is one of the step's trajectory; else the step's own."""
-    wanted = request.POST.get("branch") or request.GET.get("branch") or ""
-    if wanted.isdigit():
-        found = Branch.objects.filter(pk=int(wanted), trajectory_id=step.branch.trajectory_id)
+    wanted = whole_number(request.POST.get("branch") or request.GET.get("branch") or "")
+    if wanted is not None:
+        found = Branch.objects.filter(pk=wanted, trajectory_id=step.branch.trajectory_id)
         branch = found.first()
         if branch is not None and branch.all_steps().filter(pk=step.pk).exists():
             return branch
@@ -54,11 +54,11 @@ def _queue_of(request: HtmxHttpRequest, step: Step, user) -> AnnotationQueue | N
     it and that the user works."""
     from studio.services import queues
 
-    wanted = request.POST.get("queue") or request.GET.get("queue") or ""
-    if not wanted.isdigit():
+    wanted = whole_number(request.POST.get("queue") or request.GET.get("queue") or "")
+    if wanted is None:
         return None
     queue = AnnotationQueue.objects.filter(
-        pk=int(wanted), project_id=step.branch.trajectory.project_id, items__step=step
+        pk=wanted, project_id=step.branch.trajectory.project_id, items__step=step
     ).first()
     return queue if queue is not None and queues.may_work(queue, user) else None
 
@@ -137,7 +137,7 @@ def step_annotate(request: HtmxHttpRequest, step_id: int) -> HttpResponse:
                 user,
                 data,
                 queue=queue,
-                seen_version=int(seen) if seen.isdigit() else None,
+                seen_version=whole_number(seen),
             )
         except service.AnnotationError as exc:
             errors, posted, status = exc.errors, request.POST, 400

@@ -41,6 +41,7 @@ from studio.services.compare import (
     Comparison,
     build_comparison,
     compare_row,
+    jump_window,
     run_window,
     scan_window,
     start_comparison,
@@ -278,10 +279,21 @@ def branch_compare_rows(request: HtmxHttpRequest, trajectory_id: int) -> HttpRes
         cell = next(c for c in row.cells if c.branch.pk == data["column"])
         context.update(_rows_context(trajectory, comparison), row=row, cell=cell, full=True)
         return render(request, "branches/compare.html#cell", context)
-    if data.get("to") is not None:
+    if data.get("jump") is not None:
+        comparison.window = jump_window(
+            comparison,
+            data["start"],
+            data["jump"],
+            open_run=data.get("run"),
+            run_end=data.get("to"),
+            until=data.get("until"),
+        )
+    elif data.get("to") is not None:
         comparison.window = run_window(comparison, data["start"], data["to"])
     else:
-        comparison.window = scan_window(comparison, data["start"], open_run=data.get("run"))
+        comparison.window = scan_window(
+            comparison, data["start"], open_run=data.get("run"), until=data.get("until")
+        )
     context.update(_rows_context(trajectory, comparison))
     return render(request, "branches/compare.html#rows", context)
 

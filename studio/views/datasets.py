@@ -18,7 +18,7 @@ from django_htmx.http import HttpResponseStopPolling
 from studio.access import get_project_for_user, get_step_for_user, signed_in_user
 from studio.exports.formats import FORMATS
 from studio.forms.datasets import AddStepForm, DatasetForm, ExportForm, export_initial
-from studio.http import HtmxHttpRequest, back_url, streaming_response
+from studio.http import HtmxHttpRequest, back_url, streaming_response, whole_number
 from studio.models import (
     Dataset,
     DatasetItem,
@@ -82,8 +82,9 @@ def dataset_detail(request: HtmxHttpRequest, dataset_id: int) -> HttpResponse:
     dataset, membership = _get_dataset_for_user(request, dataset_id)
     versions = list(dataset.versions.order_by("-number"))
     chosen = versions[0] if versions else None
-    if request.GET.get("version", "").isdigit():
-        chosen = next((v for v in versions if v.number == int(request.GET["version"])), chosen)
+    wanted = whole_number(request.GET.get("version", ""))
+    if wanted is not None:
+        chosen = next((v for v in versions if v.number == wanted), chosen)
     # Blind review: the steps hidden from the member are left out of the list and of the
     # counts (a version made from a queue holds the steps people accepted, with their
     # corrections); the page says how many, and exporting waits until they are submitted.

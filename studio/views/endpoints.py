@@ -1,4 +1,4 @@
-"""The Models page: the project's model endpoints (world, agent, judge). Endpoint editors
+"""The Models page: the project's model endpoints (world, agent, judge, embeddings). Endpoint editors
 (STUDIO_ENDPOINT_EDITORS, default: the project's admins and staff users) add, edit, delete,
 test and choose the defaults; every member sees them."""
 
@@ -143,7 +143,12 @@ def endpoint_test(request: HtmxHttpRequest, endpoint_id: int) -> HttpResponse:
         )
         enqueue_endpoint_probe(endpoint.pk)
     else:
-        probe = service.probe_retrieval if endpoint.kind == "retrieval" else service.probe_chat
+        if endpoint.kind == "retrieval":
+            probe = service.probe_retrieval
+        elif endpoint.role == EndpointRole.EMBEDDING:
+            probe = service.probe_embedding  # POST /v1/embeddings
+        else:
+            probe = service.probe_chat
         service.record_test(endpoint, *probe(endpoint))
     endpoint.refresh_from_db()
     if request.htmx:

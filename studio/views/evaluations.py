@@ -16,7 +16,7 @@ from django_htmx.http import HttpResponseStopPolling
 from studio.access import get_project_for_user
 from studio.forms.evaluations import EvaluationForm
 from studio.forms.refusals import show_refusal
-from studio.http import HtmxHttpRequest
+from studio.http import HtmxHttpRequest, whole_number
 from studio.models import EvaluationRun, EvaluationSample, Membership
 from studio.presenters import leaderboard as board
 from studio.services import evaluations as service
@@ -206,9 +206,10 @@ def evaluation_sample(request: HtmxHttpRequest, sample_id: int) -> HttpResponse:
     other = None
     compare = request.GET.get("compare", "")
     if compare:
-        if not compare.isdigit():
+        compare_id = whole_number(compare)
+        if compare_id is None:
             raise Http404("No such run with this sample")
-        other_run = others.filter(pk=int(compare)).first()
+        other_run = others.filter(pk=compare_id).first()
         if other_run is None:
             raise Http404("No such run with this sample")
         other = service.same_sample_in(other_run, sample)

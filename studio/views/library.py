@@ -21,8 +21,9 @@ from studio.access import get_project_for_user, get_trajectory_for_user
 from studio.forms.library import SORTS, LibraryFilterForm
 from studio.http import HtmxHttpRequest
 from studio.models import ObservationSource, Project, Step, Trajectory
+from studio.search.backends import SEES_ALL, Viewer
 from studio.search.query import QueryError, parse
-from studio.search.service import trajectory_ids_by_regex, trajectory_ids_sql
+from studio.search.service import trajectory_ids_by_regex, trajectory_ids_sql, viewer_for
 from studio.services.episode_library import (
     EndRefused,
     end_episode,
@@ -34,10 +35,13 @@ from studio.services.episode_library import (
 PAGE_SIZE = 25
 
 
-def search_trajectories(project: Project, data: dict) -> QuerySet[Trajectory]:
+def search_trajectories(
+    project: Project, data: dict, viewer: Viewer = SEES_ALL
+) -> QuerySet[Trajectory]:
     """Trajectories of `project` matching the cleaned filter data, in the requested order.
     Text search is the step search's query language (`studio.search`): a trajectory matches
-    when one of its steps does (the index), or its title or task holds the words."""
+    when one of its steps does (its text, or an annotation `viewer` sees), or its title,
+    task or world name holds the words."""
     qs = project.trajectories.all()
     if data.get("domain"):
         qs = qs.filter(domain=data["domain"])
@@ -59,21 +63,14 @@ def search_trajectories(project: Project, data: dict) -> QuerySet[Trajectory]:
     qs = filter_episodes(qs, data)
     q = data.get("q")
     if q:
-        # the step index (`studio.search`): a trajectory with a matching step, or whose title
-        # or task holds the query's words (scanned: one row a trajectory)
+        # the index (`studio.search`): a trajectory with a matching step (its text or an
+        # annotation the viewer sees), or whose title, task or world name hold the words
         query = parse(q)
         if query.regexes:  # over a bounded candidate set (`studio.search.service`)
-            found = Q(pk__in=trajectory_ids_by_regex([project.pk], query))
+            found = Q(pk__in=trajectory_ids_by_regex([project.pk], query, viewer))
         else:
-            sql, params = trajectory_ids_sql([project.pk], query)
+            sql, params = trajectory_ids_sql([project.pk], query, viewer)
             found = Q(pk__in=RawSQL(sql, params))
-        words = [t for t in query.positive_text if t.field is None]
-        if words and not (query.negative_text or query.filters):
-            titled = Q()
-            for term in words:
-                text = " ".join(term.words)
-                titled &= Q(title__icontains=text) | Q(task_instruction__icontains=text)
-            found |= titled
         qs = qs.filter(found)
     sort = data.get("sort") or "newest"
     order = SORTS[sort]
@@ -105,7 +102,7 @@ def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         status = 400
     else:
         data: dict = form.cleaned_data if form.is_bound else {"sort": "newest", "page": 1}
-        found = search_trajectories(project, data)
+        found = search_trajectories(project, data, viewer_for(membership))
         if not data.get("empty"):
             # a reset alone is no record yet (the sweeper deletes it later): hidden, counted
             hidden = found.filter(without_steps()).count()

@@ -19,7 +19,7 @@ from studio.access import get_branch_for_user
 from studio.forms.branching import ACTION_SNIPPETS
 from studio.forms.playground import PlayForm
 from studio.forms.refusals import show_refusal
-from studio.http import HtmxHttpRequest
+from studio.http import HtmxHttpRequest, whole_number
 from studio.models import EndpointRole, SimulationJob
 from studio.services import playground as playing
 from studio.services import simulation
@@ -33,9 +33,10 @@ def _at(request: HtmxHttpRequest, total: int) -> int:
     raw = request.GET.get("at", "")
     if not raw:
         return total
-    if not raw.isdigit() or int(raw) > total:
+    at = whole_number(raw)
+    if at is None or at > total:
         raise Http404(f"at must be a step from 0 to {total}, got {raw!r}")
-    return int(raw)
+    return at
 
 
 @require_http_methods(["GET", "POST"])
@@ -80,8 +81,9 @@ def playground(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
             return redirect(reverse("playground", args=[branch.pk]) + query)
     job: SimulationJob | None = None
     child = None
-    if request.GET.get("job", "").isdigit():
-        job = SimulationJob.objects.filter(pk=int(request.GET["job"]), branch=branch).first()
+    job_id = whole_number(request.GET.get("job", ""))
+    if job_id is not None:
+        job = SimulationJob.objects.filter(pk=job_id, branch=branch).first()
         child = playing.played_branch_of(job) if job is not None else None
         if job is not None and job.status == "succeeded" and child is not None:
             return redirect("playground", branch_id=child.pk)  # the step is in: go on there
@@ -110,7 +112,7 @@ def playground(request: HtmxHttpRequest, branch_id: int) -> HttpResponse:
         "replaces": total - at,
         "appends": playing.appends_to(branch, at, total),
         "agent": agents.first(),
-        "world_choice": world_choice if str(world_choice or "").isdigit() else "",
+        "world_choice": world_choice if whole_number(world_choice) is not None else "",
         "is_admin": membership.role == "admin",
     }
     if form.errors and status == 200:

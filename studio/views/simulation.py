@@ -15,7 +15,7 @@ from inference.simulation.request import ForkFacts
 from studio.access import get_branch_for_user, get_simulation_job_for_user
 from studio.forms.branching import ACTION_SNIPPETS, SimulateForm, pretty_json_or_none
 from studio.forms.refusals import show_refusal
-from studio.http import HtmxHttpRequest
+from studio.http import HtmxHttpRequest, whole_number
 from studio.models import EndpointRole, JobStatus, ModelEndpoint, SimulationJob, Step
 from studio.models.trajectories import ParseStatus
 from studio.services import jobs, simulation
@@ -129,9 +129,12 @@ def _handover_initial(request: HtmxHttpRequest, project) -> dict:
         for e in ModelEndpoint.objects.filter(
             project=project,
             pk__in=[
-                int(v)
-                for v in (request.GET.get("agent", ""), request.GET.get("world", ""))
-                if v.isdigit()
+                n
+                for n in (
+                    whole_number(request.GET.get("agent", "")),
+                    whole_number(request.GET.get("world", "")),
+                )
+                if n is not None
             ],
         )
     }
@@ -140,7 +143,8 @@ def _handover_initial(request: HtmxHttpRequest, project) -> dict:
         ("world", EndpointRole.WORLD, "world_endpoint"),
     ):
         raw = request.GET.get(name, "")
-        endpoint = endpoints.get(int(raw)) if raw.isdigit() else None
+        number = whole_number(raw)
+        endpoint = endpoints.get(number) if number is not None else None
         if endpoint is not None and endpoint.role == role:
             initial[field] = endpoint.pk
             if role == EndpointRole.WORLD:

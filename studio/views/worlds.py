@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from inference import worlds as worlding
 from studio.access import get_project_for_user, get_world_for_user
 from studio.forms.worlds import StartTrajectoryForm, WorldEditor, WorldImportForm
-from studio.http import HtmxHttpRequest
+from studio.http import HtmxHttpRequest, whole_number
 from studio.models import BranchOrigin, World, WorldVersion
 from studio.presenters.worlds import file_tree
 from studio.services import worlds as service
@@ -114,9 +114,10 @@ def world_edit(request: HtmxHttpRequest, world_id: int) -> HttpResponse:
 def _version_param(world: World, raw: str | None) -> WorldVersion | None:
     if not raw:
         return None
-    if not raw.isdigit():
+    number = whole_number(raw)
+    if number is None:
         raise Http404(f"version must be a number, got {raw!r}")
-    version = world.versions.filter(number=int(raw)).first()
+    version = world.versions.filter(number=number).first()
     if version is None:
         raise Http404(f"{world.name!r} has no version {raw}")
     return version

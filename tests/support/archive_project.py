@@ -187,6 +187,11 @@ def build(name: str) -> None:
     QueueClaim.objects.create(item=item, user=curator, expires_at=_at(5), done_at=_at(5.1))
     Adjudication.objects.create(item=item, adjudicator=admin, verdict="accept", ratings={"a": 1})
 
+    from studio.models import SavedSearch
+
+    SavedSearch.objects.create(
+        project=project, owner=curator, name="Typos ✓", query='tag:typo "obs 1"', shared=True
+    )
     dataset = Dataset.objects.create(project=project, name="train", created_by=admin)
     version = DatasetVersion.objects.create(
         dataset=dataset, number=1, source="queue Queue ✓", item_count=2, corrected_count=1
@@ -295,6 +300,36 @@ def build(name: str) -> None:
         stored_path="/nowhere/done.json", size_bytes=10, status="succeeded",
         upload_removed_at=_at(6.5), trajectories_created=3, steps_created=9,
     )  # fmt: skip
+    # a behaviour search with an embeddings model: its candidates are step ids kept in JSON
+    # (rewritten like foreign keys), a label in a named cluster and one that failed
+    from studio.models import BehaviourCluster, BehaviourLabel, BehaviourSearch
+
+    embeddings = ModelEndpoint.objects.create(
+        project=project, name="embeddings ✓", role="embedding", kind="openai",
+        base_url="http://127.0.0.1:8002/v1", model="embed-m", price_in_per_mtok=0.02,
+    )  # fmt: skip
+    search = BehaviourSearch.objects.create(
+        project=project, requester=admin, description="the agent deletes files ✓",
+        query='domain:terminal "rm"', unit="steps", max_candidates=3, judge_endpoint=judge,
+        judge_name="judge", judge_model="judge-m", judge_base_url="http://j/v1",
+        params={"temperature": 0.0, "max_tokens": 64}, embedding_endpoint=embeddings,
+        embedding_name="embeddings ✓", embedding_model="embed-m",
+        embedding_base_url="http://127.0.0.1:8002/v1",
+        status="succeeded", phase="done", progress=1.0,
+        candidate_ids=[steps[0].pk, simulated[0].pk], capped=True, chosen_by="meaning",
+        candidates=2, labelled=1, matched=1, failed=1, judge_tokens_in=40, judge_tokens_out=8,
+        embedding_tokens=12, clustered=True,
+    )  # fmt: skip
+    cluster = BehaviourCluster.objects.create(job=search, name="removes ✓", size=1, order=0)
+    BehaviourLabel.objects.create(
+        job=search, trajectory=trajectory, branch=root, step=steps[0], match=True,
+        confidence=0.75, reason="rm ✓", raw="<verdict>{}</verdict>", cluster=cluster,
+    )  # fmt: skip
+    BehaviourLabel.objects.create(
+        job=search, trajectory=trajectory, branch=child, step=simulated[0], ok=False,
+        error="attempt 1: no verdict",
+    )  # fmt: skip
+
     # distinctive timestamps (auto_now_add gave them all "now")
     Step.objects.filter(branch=child).update(created_at=_at(7))
     Branch.objects.filter(pk=grandchild.pk).update(created_at=_at(7.5))

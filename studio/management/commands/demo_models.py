@@ -1,8 +1,9 @@
 """`python manage.py demo_models [--host 127.0.0.1] [--port 8099]`: serve the scripted demo
-stand-ins for an agent model ("scripted-agent") and a world model ("scripted-world") over the
-OpenAI-compatible API, on this machine only, until stopped (Ctrl-C or TERM). They are rules,
-not models (`studio.demo_data.scripted_models`); scripts/dev.sh starts this and `load_demo`
-adds the "Scripted demo agent" and "Scripted demo world" endpoints that use it."""
+stand-ins for an agent model ("scripted-agent"), a world model ("scripted-world"), a judge
+("scripted-judge") and an embeddings model ("scripted-embedding") over the OpenAI-compatible
+API, on this machine only, until stopped (Ctrl-C or TERM). They are rules, not models
+(`studio.demo_data.scripted_models`); scripts/dev.sh starts this and `load_demo` adds the
+"Scripted demo agent", "... world", "... judge" and "... embeddings" endpoints that use it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
-from studio.demo_data.scripted_models import AGENT_MODEL, DEFAULT_PORT, WORLD_MODEL, make_server
+from studio.demo_data.scripted_models import (
+    AGENT_MODEL,
+    DEFAULT_PORT,
+    EMBEDDING_MODEL,
+    JUDGE_MODEL,
+    WORLD_MODEL,
+    make_server,
+)
 
 
 class Command(BaseCommand):
@@ -44,7 +52,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         self.stdout.write(
             f"Scripted demo models (rules, not models) at {server.base_url}: "
-            f"{AGENT_MODEL!r} (agent) and {WORLD_MODEL!r} (world). Stop with Ctrl-C."
+            f"{AGENT_MODEL!r} (agent), {WORLD_MODEL!r} (world), {JUDGE_MODEL!r} (judge) and "
+            f"{EMBEDDING_MODEL!r} (embeddings). Stop with Ctrl-C."
         )
         self.stdout.flush()
         try:

@@ -2,7 +2,8 @@
 and the rewarded demo worlds (tasks with success criteria, a submit action and checks).
 
 With $STUDIO_DEMO_MODELS_URL set (scripts/dev.sh does), the project also gets the scripted
-demo agent and world endpoints (`manage.py demo_models`: stand-ins, not models).
+demo agent, world, judge and embeddings endpoints (`manage.py demo_models`: stand-ins, not
+models).
 
 Idempotent: users and memberships are created only when missing (existing passwords are left
 alone), and the importers skip trajectories already in the project, so a second run adds
@@ -18,7 +19,12 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from studio.demo_data.scripted_models import AGENT_MODEL, JUDGE_MODEL, WORLD_MODEL
+from studio.demo_data.scripted_models import (
+    AGENT_MODEL,
+    EMBEDDING_MODEL,
+    JUDGE_MODEL,
+    WORLD_MODEL,
+)
 from studio.importers.base import ImportFailure
 from studio.models import EndpointRole, Membership, ModelEndpoint, Project, Role
 from studio.services.endpoints import seed_endpoints
@@ -33,6 +39,7 @@ SCRIPTED_ENDPOINTS = [
     ("Scripted demo agent", EndpointRole.AGENT, AGENT_MODEL),
     ("Scripted demo world", EndpointRole.WORLD, WORLD_MODEL),
     ("Scripted demo judge", EndpointRole.JUDGE, JUDGE_MODEL),
+    ("Scripted demo embeddings", EndpointRole.EMBEDDING, EMBEDDING_MODEL),
 ]
 DEMO_USERS = [
     ("admin", Role.ADMIN),
@@ -120,7 +127,7 @@ class Command(BaseCommand):
 
     def ensure_scripted_endpoints(self, project: Project) -> None:
         """With $STUDIO_DEMO_MODELS_URL (scripts/dev.sh sets it to `manage.py demo_models`),
-        the scripted demo agent, world and judge as endpoints, when missing: each is its role's
+        the scripted demo agent, world, judge and embeddings as endpoints, when missing: each is its role's
         default only where the role has none (an episode in a world is never answered by
         the retrieval baseline, so it takes the scripted world when no other world model
         exists). One already there keeps its settings; its URL follows the variable."""

@@ -1,0 +1,180 @@
+"""Find in steps (the find bar): every occurrence of a text, case-insensitively, in the steps
+a page shows, found on the server since a page holds only a few windows of them.
+
+Two pages have the bar: the trajectory page (one branch, its inherited steps too: each
+step's thinking, action and observation) and the compare view (every compared branch from
+the first step it shows: each cell's action and observation, a step shown in several columns
+once per column). Only the texts those pages show are searched, never annotations or judge
+scores (which blind review hides), so a member finds nothing the page would not show them.
+
+The hits come in the pages' reading order (step, then column, then field, then place in the
+field), at most `limit` of them (and whether more follow). Where a page shows a hit (an
+excerpt, a preview, a diff) is the presentation's business: each hit carries where its
+match starts and ends in the field and the field's length. Reads only."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+
+from django.db.models import Q, QuerySet
+
+from studio.models import Branch, Step
+from studio.services.branches import owner_at
+from studio.services.compare import Comparison
+
+HIT_LIMIT = 1000
+QUERY_CHARS = 200
+# The fields each page shows of a step, in the order it shows them.
+BRANCH_FIELDS = ("thinking", "action", "observation")
+COMPARE_FIELDS = ("action", "observation")
+# Steps read from the database at a time.
+CHUNK = 50
+
+
+@dataclass(frozen=True)
+class StepHit:
+    step_id: int
+    index: int
+    field: str
+    occurrence: int  # which match of the query in this field (0: the first)
+    start: int  # where the match starts and ends in the field's text
+    end: int
+    length: int  # the field's length
+    column: int = 0  # the compare view: which compared branch shows the step (0: the first)
+
+
+def _pattern(query: str) -> re.Pattern[str]:
+    return re.compile(re.escape(query), re.IGNORECASE)
+
+
+def _matching(query: str, fields: Sequence[str]) -> Q:
+    """Steps with the query in one of `fields` (the database's case-insensitive match; the
+    matches themselves are found again here, in order)."""
+    q = Q()
+    for field in fields:
+        q |= Q(**{f"{field}__icontains": query})
+    return q
+
+
+def _field_hits(
+    step: Step, pattern: re.Pattern[str], fields: Sequence[str], column: int = 0
+) -> Iterator[StepHit]:
+    for field in fields:
+        text = getattr(step, field) or ""
+        for occurrence, match in enumerate(pattern.finditer(text)):
+            yield StepHit(
+                step_id=step.pk,
+                index=step.index,
+                field=field,
+                occurrence=occurrence,
+                start=match.start(),
+                end=match.end(),
+                length=len(text),
+                column=column,
+            )
+
+
+def _bounded(hits: Iterable[StepHit], limit: int) -> tuple[list[StepHit], bool]:
+    out: list[StepHit] = []
+    for hit in hits:
+        if len(out) == limit:
+            return out, True
+        out.append(hit)
+    return out, False
+
+
+def find_in_steps(
+    steps: Iterable[Step],
+    query: str,
+    *,
+    fields: Sequence[str] = BRANCH_FIELDS,
+    limit: int = HIT_LIMIT,
+) -> tuple[list[StepHit], bool]:
+    """The hits of `query` in `steps` (in the order given), at most `limit`; and whether
+    more follow."""
+    pattern = _pattern(query)
+    return _bounded((hit for step in steps for hit in _field_hits(step, pattern, fields)), limit)
+
+
+def find_in_branch(
+    branch: Branch, query: str, *, limit: int = HIT_LIMIT
+) -> tuple[list[StepHit], bool]:
+    """The hits of `query` in every step the trajectory page shows of `branch` (its
+    inherited steps too), ordered by step."""
+    steps = (
+        branch.all_steps()
+        .filter(_matching(query, BRANCH_FIELDS))
+        .only("pk", "index", *BRANCH_FIELDS)
+        .iterator(chunk_size=CHUNK)
+    )
+    return find_in_steps(steps, query, fields=BRANCH_FIELDS, limit=limit)
+
+
+def _shown_steps(comparison: Comparison) -> Q:
+    """The Step rows the compared branches show (each one's lineage: the steps it inherits
+    up to where its own begin, then its own)."""
+    q = Q(pk__in=[])
+    for lineage in comparison.lineages:
+        for i, (branch_id, start) in enumerate(lineage):
+            part = Q(branch_id=branch_id, index__gte=start)
+            if i + 1 < len(lineage):
+                part &= Q(index__lt=lineage[i + 1][1])
+            q |= part
+    return q
+
+
+def _comparison_steps(comparison: Comparison, query: str, *, start: int) -> QuerySet[Step]:
+    return Step.objects.filter(
+        _shown_steps(comparison), _matching(query, COMPARE_FIELDS), index__gte=start
+    )
+
+
+def find_in_comparison(
+    comparison: Comparison, query: str, *, start: int, limit: int = HIT_LIMIT
+) -> tuple[list[StepHit], bool]:
+    """The hits of `query` in every cell the compare view shows from step `start` on: each
+    compared branch's action and observation at each step, row by row and column by column
+    (a step several branches show, inherited from a common ancestor or in a run of identical
+    steps, is a hit in each of their columns)."""
+    pattern = _pattern(query)
+    steps = (
+        _comparison_steps(comparison, query, start=start)
+        .only("pk", "index", "branch_id", *COMPARE_FIELDS)
+        .order_by("index", "branch_id")
+        .iterator(chunk_size=CHUNK)
+    )
+
+    def hits() -> Iterator[StepHit]:
+        for index, at_index in groupby(steps, key=lambda step: step.index):
+            cells = sorted(
+                (
+                    (column, step)
+                    for step in at_index
+                    for column, lineage in enumerate(comparison.lineages)
+                    if owner_at(lineage, index) == step.branch_id
+                ),
+                key=lambda cell: cell[0],
+            )
+            for column, step in cells:
+                yield from _field_hits(step, pattern, COMPARE_FIELDS, column)
+
+    return _bounded(hits(), limit)
+
+
+def earlier_in_comparison(comparison: Comparison, query: str, *, start: int) -> int:
+    """How many step indexes before `start` (which the compare view does not show: the steps
+    every branch shares, or those before where the page was asked to start) have the query
+    in a compared branch's action or observation."""
+    if start <= 0:
+        return 0
+    return (
+        Step.objects.filter(
+            _shown_steps(comparison), _matching(query, COMPARE_FIELDS), index__lt=start
+        )
+        .values("index")
+        .distinct()
+        .count()
+    )
