@@ -63,6 +63,7 @@ IMPORT_TASK = "studio.run_import_job"
 EXPORT_TASK = "studio.run_export_job"
 ARENA_TASK = "studio.advance_arena"
 PROBE_TASK = "studio.probe_endpoint"
+SEARCH_INDEX_TASK = "studio.index_search"  # = studio.search.indexer.INDEX_TASK
 
 
 @shared_task(name=SIMULATION_TASK, **JOB_TASK_OPTIONS)
@@ -211,6 +212,21 @@ def run_export_job(self, job_id: int) -> None:
     drop_failed_connection()
     try:
         body(job_id, self.request.id or "")
+    finally:
+        release_memory()
+
+
+@shared_task(name=SEARCH_INDEX_TASK, **JOB_TASK_OPTIONS)
+def index_search(self) -> None:
+    """Index the steps imports wrote unindexed (`studio.search.indexer`): no job row, no id;
+    idempotent, and two at once share the work. Sent on an import's commit, again by itself
+    when its time is up with steps left, and by the sweeper when steps wait and none runs."""
+    from studio.jobs.runtime import drop_failed_connection
+    from studio.search.indexer import run_indexing
+
+    drop_failed_connection()
+    try:
+        run_indexing()
     finally:
         release_memory()
 

@@ -68,3 +68,23 @@ def test_find_goes_through_hits_across_windows(page, login, live_server, project
     assert page.locator("mark.find-hit").count() == 0
     page.keyboard.press("Control+f")
     assert page.locator("#find-bar").is_visible()
+
+
+def test_a_link_to_a_hit_by_anchor_lands_on_it(page, login, live_server, project):
+    """`#step-N` and `find=` both load step N's window as the page loads: the second jump
+    waits for the first (two requests of one source: htmx would never answer the second)."""
+    traj = make_trajectory(
+        project,
+        title="Anchored",
+        n_steps=600,
+        step_factory=lambda i: {
+            "action": f"echo {i}",
+            "observation": f"output {i}" + (" the Quokka-Sign" if i in (3, 480) else ""),
+        },
+    )
+    login(page, "researcher")
+    for _ in range(3):  # each load races the two jumps anew
+        page.goto(f"{live_server.url}/trajectories/{traj.pk}/?find=quokka-sign&at=400#step-480")
+        mark = page.wait_for_selector("#step-480 mark.find-hit.current")
+        assert mark.inner_text() == "Quokka-Sign"
+        assert page.locator("#find-count").inner_text() == "hit 2 of 2"

@@ -306,3 +306,12 @@ def test_an_embedding_model_that_does_not_answer_falls_back_and_says_so(client, 
     # no words to compare with: said, and the hits still shown
     response = page(client, library, q="domain:terminal", sort="meaning")
     assert "closest in meaning needs words" in response.content.decode()
+
+
+def test_researchers_start_a_behaviour_search_from_the_hits(client, library):
+    client.force_login(library.users["researcher"])
+    body = page(client, library, q='"no space left"').content.decode()
+    link = reverse("behaviour_new", args=[library.pk]) + "?query=%22no%20space%20left%22"
+    assert f'href="{link}"' in body
+    form = client.get(link).context["form"]
+    assert form.initial["query"] == '"no space left"'

@@ -1,7 +1,9 @@
 """The SQLite FTS5 path of `studio.search` on a bare in-memory sqlite3 connection, so it runs
-whatever database the suite uses: migrations 0022's and 0023's SQLite statements (tables and
-triggers) over the columns they read, and the SQL `compile_branches` and `page_sql` /
-`count_sql` issue for SQLite."""
+whatever database the suite uses: migrations 0022's, 0023's and 0026's SQLite statements
+(tables and triggers) over the columns they read, the SQL `compile_branches` and `page_sql` /
+`count_sql` issue for SQLite, and the indexer's (`studio.search.indexer`) for steps an import
+wrote unindexed. Every search test runs before 0026 and after it (its triggers must index an
+ordinary write as 0022's did)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,14 @@ import sqlite3
 import pytest
 
 from studio.search.backends import SEES_ALL, Viewer, compile_branches, count_sql, page_sql
+from studio.search.indexer import SQLITE_INDEX_BATCH
 from studio.search.query import parse
 
 migration = importlib.import_module("studio.migrations.0022_step_search")
 migration_0023 = importlib.import_module(
     "studio.migrations.0023_search_annotations_trajectories_saved"
 )
+migration_0026 = importlib.import_module("studio.migrations.0026_deferred_search_index")
 
 SCHEMA = [
     "CREATE TABLE studio_trajectory (id INTEGER PRIMARY KEY, project_id INTEGER, domain TEXT, "
@@ -34,8 +38,8 @@ SCHEMA = [
 ]
 
 
-@pytest.fixture
-def db():
+@pytest.fixture(params=["0023", "0026"])
+def db(request):
     conn = sqlite3.connect(":memory:")
     for sql in SCHEMA:
         conn.execute(sql)
@@ -55,6 +59,9 @@ def db():
     )
     for sql in [*migration.SQLITE_CREATE, *migration_0023.SQLITE_CREATE]:
         conn.execute(sql)
+    if request.param == "0026":
+        for sql in migration_0026.SQLITE_CREATE:
+            conn.execute(sql)
     conn.executemany(
         "INSERT INTO studio_step (id, branch_id, action, observation) VALUES (?, ?, ?, ?)",
         [
@@ -168,8 +175,175 @@ def test_trajectory_fields(db):
 
 
 def test_drop_removes_table_and_triggers(db):
+    if db.execute(
+        f"SELECT 1 FROM sqlite_master WHERE name = '{migration_0026.DEFERRAL}'"
+    ).fetchone():
+        for sql in migration_0026.SQLITE_DROP:
+            db.execute(sql)
     for sql in [*migration_0023.SQLITE_DROP, *migration.SQLITE_DROP]:
         db.execute(sql)
     left = db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'studio_%fts%'").fetchall()
     assert left == []
     db.execute("INSERT INTO studio_step (id, branch_id, action) VALUES (20, 1, 'still writable')")
+
+
+# ---- 0026: steps an import writes unindexed -----------------------------------------------
+
+DEFERRAL = migration_0026.DEFERRAL
+UNINDEXED = migration_0026.UNINDEXED
+
+
+def integrity_check(conn) -> None:
+    """FTS5's own check that the index agrees with studio_step (raises if it does not)."""
+    conn.execute(
+        f"INSERT INTO {migration.FTS_TABLE}({migration.FTS_TABLE}) VALUES ('integrity-check')"
+    )
+
+
+def index_pending(conn, batch: int = 2) -> int:
+    """The indexer's batches (`studio.search.indexer.SQLITE_INDEX_BATCH`) until none is left."""
+    done = 0
+    while True:
+        for sql in SQLITE_INDEX_BATCH:
+            cursor = conn.execute(sql.replace("%s", "?"), [batch])
+        if not cursor.rowcount:
+            return done
+        done += cursor.rowcount
+
+
+def unindexed(conn) -> list[int]:
+    return [r[0] for r in conn.execute(f"SELECT step_id FROM {UNINDEXED} ORDER BY step_id")]
+
+
+@pytest.fixture
+def db26():
+    conn = sqlite3.connect(":memory:", isolation_level=None)  # BEGIN / COMMIT by hand
+    for sql in SCHEMA:
+        conn.execute(sql)
+    conn.execute("INSERT INTO studio_trajectory (id, project_id, domain, source_format) "
+                 "VALUES (1, 10, 'terminal', 'native')")  # fmt: skip
+    conn.execute("INSERT INTO studio_branch VALUES (1, 1, NULL)")
+    conn.execute(
+        "INSERT INTO studio_step (id, branch_id, action, observation) VALUES (1, 1, 'ls', 'a b')"
+    )
+    for sql in [
+        *migration.SQLITE_CREATE,
+        *migration_0023.SQLITE_CREATE,
+        *migration_0026.SQLITE_CREATE,
+    ]:
+        conn.execute(sql)
+    yield conn
+    conn.close()
+
+
+def deferred_write(conn, rows) -> None:
+    """Steps written as an import writes them: the flag row inserted and deleted inside the
+    transaction (`studio.search.indexer.deferred_indexing`)."""
+    conn.execute("BEGIN")
+    flag = conn.execute(f"INSERT INTO {DEFERRAL} DEFAULT VALUES").lastrowid
+    conn.executemany(
+        "INSERT INTO studio_step (id, branch_id, action, observation) VALUES (?, 1, ?, ?)", rows
+    )
+    conn.execute(f"DELETE FROM {DEFERRAL} WHERE id = ?", [flag])
+    conn.execute("COMMIT")
+
+
+def test_deferred_steps_wait_for_the_indexer(db26):
+    deferred_write(db26, [(2, "cat otter.txt", "otter"), (3, "ls", "otter den")])
+    assert run(db26, "otter") == [] and unindexed(db26) == [2, 3]
+    assert db26.execute(f"SELECT COUNT(*) FROM {DEFERRAL}").fetchone()[0] == 0
+    # written after the import: indexed at once
+    db26.execute("INSERT INTO studio_step (id, branch_id, action, observation) "
+                 "VALUES (4, 1, 'echo otter', '')")  # fmt: skip
+    assert run(db26, "otter") == [4]
+    integrity_check(db26)
+    assert index_pending(db26) == 2
+    assert run(db26, "otter") == [2, 3, 4] and unindexed(db26) == []
+    assert index_pending(db26) == 0
+    integrity_check(db26)
+
+
+def test_unindexed_steps_changed_or_deleted_keep_the_index_consistent(db26):
+    deferred_write(db26, [(i, f"step {i} heron", "heron") for i in range(2, 8)])
+    db26.execute("UPDATE studio_step SET action = 'grep egret' WHERE id = 2")
+    db26.execute("UPDATE studio_step SET observation = 'egret' WHERE id = 3")
+    db26.execute("UPDATE studio_step SET meta = '{}' WHERE id = 4")
+    db26.execute("DELETE FROM studio_step WHERE id IN (5, 6)")
+    db26.execute("DELETE FROM studio_step WHERE id = 1")  # an indexed one
+    integrity_check(db26)
+    assert unindexed(db26) == [2, 3, 4, 7]
+    index_pending(db26)
+    integrity_check(db26)
+    assert run(db26, "egret") == [2, 3]
+    assert run(db26, "heron") == [2, 3, 4, 7]  # each still holds it somewhere
+    # indexed now: changed and deleted as any step
+    db26.execute("UPDATE studio_step SET action = 'stork' WHERE id = 7")
+    db26.execute("DELETE FROM studio_step WHERE id = 3")
+    assert run(db26, "stork") == [7] and run(db26, "egret") == [2]
+    integrity_check(db26)
+
+
+def test_an_indexed_step_changed_while_deferring_goes_back_to_the_indexer(db26):
+    db26.execute("BEGIN")
+    flag = db26.execute(f"INSERT INTO {DEFERRAL} DEFAULT VALUES").lastrowid
+    db26.execute("UPDATE studio_step SET action = 'puffin' WHERE id = 1")
+    db26.execute(f"DELETE FROM {DEFERRAL} WHERE id = ?", [flag])
+    db26.execute("COMMIT")
+    assert run(db26, "ls") == [] and run(db26, "puffin") == [] and unindexed(db26) == [1]
+    integrity_check(db26)
+    index_pending(db26)
+    assert run(db26, "puffin") == [1]
+    integrity_check(db26)
+
+
+def test_a_rolled_back_import_leaves_nothing_deferred(db26):
+    db26.execute("BEGIN")
+    db26.execute(f"INSERT INTO {DEFERRAL} DEFAULT VALUES")
+    db26.execute("INSERT INTO studio_step (id, branch_id, action) VALUES (2, 1, 'kiwi')")
+    db26.execute("ROLLBACK")
+    assert db26.execute(f"SELECT COUNT(*) FROM {DEFERRAL}").fetchone()[0] == 0
+    db26.execute("INSERT INTO studio_step (id, branch_id, action) VALUES (2, 1, 'kiwi')")
+    assert run(db26, "kiwi") == [2] and unindexed(db26) == []
+
+
+@pytest.mark.parametrize("trigger", ["0022", "0026"])
+def test_a_step_fts_never_held_is_never_deleted_from_it(db26, trigger):
+    """Why 0026's delete trigger asks first: 0022's tells FTS5 to delete a step it never
+    held, which leaves the external-content index corrupt (FTS5 says so at once here, or at
+    its integrity-check; what it does is undefined)."""
+    deferred_write(db26, [(2, "gannet tern", "gannet")])
+    if trigger == "0022":
+        db26.execute("DROP TRIGGER studio_step_fts_delete")
+        db26.execute(migration.SQLITE_CREATE[3])  # 0022's delete trigger
+
+    def delete_and_write_again():
+        db26.execute("DELETE FROM studio_step WHERE id = 2")
+        db26.execute("INSERT INTO studio_step (id, branch_id, action) VALUES (2, 1, 'other')")
+        integrity_check(db26)
+
+    if trigger == "0022":
+        with pytest.raises(sqlite3.DatabaseError, match="malformed"):
+            delete_and_write_again()
+    else:
+        delete_and_write_again()
+        assert run(db26, "other") == [2] and run(db26, "gannet") == []
+
+
+def test_reverse_indexes_what_waits_and_restores_0022s_triggers(db26):
+    deferred_write(db26, [(2, "ibis", "ibis")])
+    for sql in migration_0026.SQLITE_DROP:
+        db26.execute(sql)
+    assert run(db26, "ibis") == [2]
+    integrity_check(db26)
+    triggers = dict(
+        db26.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+                     "AND tbl_name = 'studio_step'").fetchall()
+    )  # fmt: skip
+    assert sorted(triggers.values()) == sorted(migration.SQLITE_CREATE[2:])
+    left = db26.execute(
+        f"SELECT name FROM sqlite_master WHERE name IN ('{DEFERRAL}', '{UNINDEXED}')"
+    ).fetchall()
+    assert left == []
+    db26.execute("UPDATE studio_step SET action = 'spoonbill' WHERE id = 2")
+    assert run(db26, "spoonbill") == [2]
+    integrity_check(db26)

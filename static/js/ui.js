@@ -85,6 +85,7 @@
   // selection is never emptied.
 
   var placeholders = null; // IntersectionObserver of the emptied windows
+  var timelineLoad = null; // the timeline replaced by a jump's window: its request in flight
   var pruneQueued = false;
 
   function windowAt(start) {
@@ -180,11 +181,22 @@
       highlight(el, scroll);
       return Promise.resolve(el);
     }
+    if (timelineLoad) {
+      // htmx queues a second request of the same source and never resolves its promise:
+      // wait for the one in flight (a "#step-N" link and the find bar both jump at load)
+      var again = function () { return jumpTo(n, scroll); };
+      return timelineLoad.then(again, again);
+    }
     var start = n - (n % pageSize());
     var win = windowAt(start);
-    var loading = win && win.classList.contains("placeholder")
-      ? refill(win)
-      : htmx.ajax("GET", stepsUrl(start), { source: "#steps", target: "#steps", swap: "innerHTML" });
+    var loading;
+    if (win && win.classList.contains("placeholder")) {
+      loading = refill(win);
+    } else {
+      loading = timelineLoad = htmx.ajax("GET", stepsUrl(start), { source: "#steps", target: "#steps", swap: "innerHTML" });
+      var done = function () { timelineLoad = null; };
+      timelineLoad.then(done, done);
+    }
     return loading.then(function () {
       var shown = document.getElementById("step-" + n);
       highlight(shown, scroll);

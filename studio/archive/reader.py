@@ -27,7 +27,8 @@
 Anything else wrong (a truncated file, a row pointing at a row the archive lacks, a value
 the database refuses) stops the import with a message naming the archive line, and nothing
 is written: the rows go in one transaction, and carried files written meanwhile are
-removed."""
+removed. The steps are indexed for search by a worker right after the commit
+(`studio.search.indexer`)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ from studio.archive.schema import PROJECT, Plan, plans
 from studio.archive.writer import Progress, applied_migrations, no_progress
 from studio.importers.limits import MB, size_text
 from studio.models import ModelEndpoint, Project
+from studio.search.indexer import deferred_indexing
 
 BATCH_ROWS = 1000
 FIX_UP_ROWS = 250  # bulk_update builds a CASE expression per row and field: kept small
@@ -271,7 +273,8 @@ def import_archive(
                     f"a project named {project_name!r} already exists here; import the archive "
                     "under another name with --name NEW_NAME"
                 )
-            with transaction.atomic(), _stored_timestamps():
+            # its steps are indexed for search by a worker once this commits
+            with deferred_indexing(), _stored_timestamps():
                 run = _Import(lines, header, layout, project_name, id_map, progress)
                 run.written_files = written_files
                 result = run.read()

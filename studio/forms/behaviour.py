@@ -109,9 +109,15 @@ class MakeForm(forms.Form):
     """A cluster's matches, or all of them, made into a tag, a queue or a dataset."""
 
     make = forms.ChoiceField(
-        choices=[("tag", "a tag"), ("queue", "an annotation queue"), ("dataset", "a dataset")]
+        choices=[("tag", "a tag"), ("queue", "an annotation queue"), ("dataset", "a dataset")],
+        error_messages={
+            "required": "choose a tag, a queue or a dataset",
+            "invalid_choice": "choose a tag, a queue or a dataset",
+        },
     )
     cluster = forms.CharField(required=False, max_length=40)  # a cluster's id, or "": all
-    name = PlainNameField(max_length=200, what="the name")
+    name = PlainNameField(
+        max_length=200, what="the name", error_messages={"required": "give it a name"}
+    )
     blind = forms.BooleanField(required=False)
     confirm_rejected = forms.BooleanField(required=False)

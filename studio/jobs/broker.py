@@ -32,10 +32,15 @@ def _message_id(payload: Any) -> str | None:
     return str(found) if found else None
 
 
-def message_ids_held(queues: Iterable[str], app: Any = None) -> set[str] | None:
+def message_ids_held(
+    queues: Iterable[str], app: Any = None, *, waiting_only: bool = False
+) -> set[str] | None:
     """Ids of the task messages waiting in `queues` or, on Redis, delivered and not yet
     acknowledged; None when the transport cannot be asked. `app`: the Celery app (default:
-    the current one, the studio's wherever `studio` was imported).
+    the current one, the studio's wherever `studio` was imported). `waiting_only`: the
+    waiting ones alone, on every transport (Redis keeps the unacknowledged messages of all
+    queues together, a killed worker's among them until their visibility timeout: the
+    search indexer, a message of no job, asks only what waits in its queue).
 
     On the embedded SQLite broker only waiting messages count: a delivered one is hidden
     until acknowledged, and the hidden rows of a killed worker look the same as those of a
@@ -54,7 +59,7 @@ def message_ids_held(queues: Iterable[str], app: Any = None) -> set[str] | None:
             channel = conn.default_channel
             transport = conn.transport_cls if isinstance(conn.transport_cls, str) else ""
             if hasattr(channel, "_q_for_pri") and hasattr(channel, "unacked_key"):
-                return _redis_ids(channel, queues)
+                return _redis_ids(channel, queues, waiting_only)
             payloads = held_message_payloads(channel, queues)
             if payloads is not None:
                 return {mid for mid in map(_message_id, payloads) if mid}
@@ -67,7 +72,7 @@ def message_ids_held(queues: Iterable[str], app: Any = None) -> set[str] | None:
         return None
 
 
-def _redis_ids(channel: Any, queues: list[str]) -> set[str]:
+def _redis_ids(channel: Any, queues: list[str], waiting_only: bool = False) -> set[str]:
     client = channel.client
     found: set[str] = set()
     for queue in queues:
@@ -77,6 +82,8 @@ def _redis_ids(channel: Any, queues: list[str]) -> set[str]:
                 mid = _message_id(item)
                 if mid:
                     found.add(mid)
+    if waiting_only:
+        return found
     for raw in client.hvals(channel.unacked_key):
         try:
             message = json.loads(raw)[0]

@@ -18,6 +18,8 @@ sent again.
   never writes a step nobody asked for anymore.
 - Every FILE_SWEEP_EVERY_S: uploads whose import succeeded or stopped longer than
   STUDIO_UPLOAD_RETENTION_DAYS ago, and leftover files (`studio.jobs.file_retention`).
+- Steps imports wrote unindexed (`studio.search.indexer`) that no indexer took on since the
+  last sweep, with no indexer message in the queue: the indexer's message sent again.
 - Every minute: episodes that took no step for STUDIO_EMPTY_EPISODE_TTL_S since their reset
   (a reset alone records nothing), and MCP sessions idle for a day
   (`studio.services.episode_library.sweep_empty_episodes`)."""
@@ -52,6 +54,7 @@ from studio.models import (
     JudgeJob,
     SimulationJob,
 )
+from studio.search.indexer import sweep_unindexed
 from studio.services.episode_library import sweep_empty_episodes
 
 log = logging.getLogger(__name__)
@@ -159,6 +162,7 @@ def sweep(app=None) -> None:
         resend_lost_messages(app)
         sweep_files_if_due()
         sweep_empty_episodes()
+        sweep_unindexed(app)
     except Exception:
         log.exception("job sweep failed; the next one tries again")
     finally:

@@ -11,6 +11,10 @@ naming file, line or record and field) rolls back what the batches before it wro
 trajectory gets `source_key`, a sha256 of a canonical form of its content, so importing the
 same file twice adds nothing.
 
+The steps are written unindexed for search and indexed by a worker right after the commit
+(`studio.search.indexer.deferred_indexing`): indexing them as they are written made an import
+several times slower.
+
 Text fields the model bounds (a trajectory's title, a recorded branch's name, a tag) are
 refused when longer, never cut: the message names file, record, field and limit.
 
@@ -32,6 +36,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +62,7 @@ from studio.importers.registry import (
     load_source,
 )
 from studio.models import DOMAINS, Branch, BranchOrigin, Step, Tag, Trajectory
+from studio.search.indexer import deferred_indexing
 
 __all__ = [
     "ImportFailure",
@@ -229,7 +235,12 @@ def do_import_file(
     user=None,
     display_name: str | None = None,
     progress: Callable[[float], None] | None = None,
+    defer_search_index: bool = True,
 ) -> ImportResult:
+    """Import the file at `path` into `project` (see the module). Its steps are indexed for
+    search right after the commit, by a worker (`studio.search.indexer`): until then they
+    are not found. `defer_search_index=False` indexes them as they are written (several
+    times slower: for small files that must be found the moment this returns)."""
     path = Path(path)
     name = display_name or path.name
     if domain and domain not in DOMAINS:
@@ -261,12 +272,15 @@ def do_import_file(
             _check_lengths(item, name)
             yield item
 
+    indexing = deferred_indexing if defer_search_index else nullcontext
     try:
-        created, steps, skipped = _write(project, items(), importer.NAME, name, user, report)
+        with indexing():
+            created, steps, skipped = _write(project, items(), importer.NAME, name, user, report)
     except IntegrityError:
         # The same content was imported concurrently (unique source_key): once that commit
         # is visible, a second pass over the file skips what it wrote.
-        created, steps, skipped = _write(project, items(), importer.NAME, name, user, report)
+        with indexing():
+            created, steps, skipped = _write(project, items(), importer.NAME, name, user, report)
     if progress:
         progress(1.0)
     return ImportResult(created, steps, skipped, importer.NAME)

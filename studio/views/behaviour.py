@@ -236,7 +236,11 @@ def behaviour_make(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     form = MakeForm(request.POST)
     back = reverse("behaviour_job", args=[job.pk])
     if not form.is_valid():
-        messages.error(request, "Choose a tag, a queue or a dataset, and give it a name.")
+        # the field's own message names what is wrong (a missing or unusable name...)
+        problems = "; ".join(
+            str(error).rstrip(".") for errors in form.errors.values() for error in errors
+        )
+        messages.error(request, f"Nothing was made: {problems}.")
         return redirect(back)
     data = form.cleaned_data
     cluster = None

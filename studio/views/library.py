@@ -22,6 +22,7 @@ from studio.forms.library import SORTS, LibraryFilterForm
 from studio.http import HtmxHttpRequest
 from studio.models import ObservationSource, Project, Step, Trajectory
 from studio.search.backends import SEES_ALL, Viewer
+from studio.search.indexer import waiting_for
 from studio.search.query import QueryError, parse
 from studio.search.service import trajectory_ids_by_regex, trajectory_ids_sql, viewer_for
 from studio.services.episode_library import (
@@ -93,6 +94,7 @@ def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     status = 200
     page = None
     hidden = 0
+    unindexed = None
     if form.is_bound and form.is_valid() and form.cleaned_data.get("q"):
         try:
             parse(form.cleaned_data["q"])
@@ -109,6 +111,9 @@ def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
             found = found.exclude(without_steps())
         paginator = Paginator(found, PAGE_SIZE)
         page = paginator.get_page(int(data.get("page") or 1))
+        if data.get("q"):
+            # steps imported moments ago are not indexed yet (`studio.search.indexer`)
+            unindexed = waiting_for([project.pk])
     # Links keep the filters and change only the page number.
     params = {k: v for k, v in request.GET.items() if k != "page" and v}
     context = {
@@ -122,6 +127,7 @@ def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         "hidden_empty": hidden,
         "episode_filters": project.trajectories.filter(source_format="episode").exists(),
         "show_empty_query": urlencode({**params, "empty": "on"}),
+        "unindexed": unindexed,
     }
     template = "library/library.html"
     if request.htmx and not request.htmx.history_restore_request:

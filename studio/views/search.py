@@ -31,6 +31,7 @@ from studio.forms.search import (
 from studio.http import HtmxHttpRequest
 from studio.models import Membership, Project, SavedSearch
 from studio.presenters.search import present_results, sort_label
+from studio.search.indexer import waiting_for
 from studio.search.meaning import search_by_meaning
 from studio.search.query import parse
 from studio.search.service import (
@@ -113,6 +114,8 @@ def search_page(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         "q": q,
         "sort": sort or "relevance",
         "results": present_results(results, project) if results is not None else None,
+        # steps imported moments ago, not indexed yet (`studio.search.indexer`)
+        "unindexed": waiting_for([project.pk]) if results is not None else None,
         "saved": list(saved_searches.visible_to(project, request.user)),
         "can_edit": membership.can_edit,
         "save_form": SaveSearchForm(initial={"q": q, "sort": sort}),

@@ -6,6 +6,7 @@ its error is printed, the other files are still imported, and the command exits 
 A project the command created is removed again when every file failed. A file past an
 import limit (studio.importers.limits: nesting depth, file size, line length, kept-field
 size) is an error like any other: one line naming the file, line or record and the limit.
+The steps are indexed for search before the command returns (`studio.search.indexer`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from studio.importers.registry import KNOWN_SUFFIXES
 from studio.models import DOMAINS
+from studio.search.indexer import index_pending
 from studio.services.imports import ImportFailure, do_import_file, list_formats
 from studio.services.projects import get_or_create_project
 
@@ -78,5 +80,14 @@ class Command(BaseCommand):
         if skipped:
             line += f" (skipped {skipped} already present)"
         self.stdout.write(line)
+        if steps:
+            # written unindexed for search (a worker indexes them after each commit, if one
+            # runs): indexed here too, so that they are found when this returns
+            indexed = index_pending()
+            if options.get("verbosity", 1) > 1:
+                self.stdout.write(
+                    f"indexed {indexed.steps} {'step' if indexed.steps == 1 else 'steps'} for "
+                    f"search in {indexed.seconds:.1f} s"
+                )
         if errors:
             raise CommandError(f"{len(errors)} of {len(files)} files not imported (errors above)")

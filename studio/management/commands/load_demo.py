@@ -86,8 +86,13 @@ class Command(BaseCommand):
         total_t = total_s = total_skipped = 0
         for path in files:
             try:
+                # indexed for search as written: found the moment dev.sh prints its URL
                 result = do_import_file(
-                    project=project, path=path, user=users["admin"], display_name=path.name
+                    project=project,
+                    path=path,
+                    user=users["admin"],
+                    display_name=path.name,
+                    defer_search_index=False,
                 )
             except ImportFailure as exc:
                 raise CommandError(f"demo file {path.name} did not import: {exc}") from exc

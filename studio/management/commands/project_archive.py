@@ -14,6 +14,7 @@ from studio.archive.codec import ArchiveError
 from studio.archive.reader import import_archive, read_header
 from studio.archive.writer import export_project
 from studio.models import Project
+from studio.search.indexer import index_pending
 
 
 def plural(n: int, one: str, many: str | None = None) -> str:
@@ -100,6 +101,9 @@ class Command(BaseCommand):
             if id_map is not None:
                 id_map.close()
         project = result.project
+        # its steps were written unindexed for search (a worker indexes them after the
+        # commit, if one runs): indexed here too, so that they are found when this returns
+        index_pending()
         self.stdout.write(
             f"imported project {project.name!r} (id {project.pk}): "
             f"{plural(result.rows, 'row')}, {plural(result.files, 'file')}; users: "
