@@ -61,6 +61,7 @@ def test_hits_are_grouped_by_trajectory_and_link_to_their_step(client, library):
     assert url.fragment == "step-2"
     assert parse_qs(url.query) == {
         "branch": [str(step.branch_id)],
+        "step": ["2"],  # the page comes with the step's window
         "find": ["no space left"],
         "at": ["2"],
     }

@@ -70,7 +70,8 @@ class BehaviourForm(forms.Form):
         field.help_text = (
             f"The newest the query matches are taken (at most {most:,}, "
             "STUDIO_BEHAVIOUR_MAX_CANDIDATES); with an embeddings model on the Models page, "
-            "those closest in meaning to the behaviour."
+            "those closest in meaning to the behaviour among the newest, up to four times as many "
+            "(narrow a large project with the query)."
         )
         field.widget.attrs["max"] = most
 

@@ -20,8 +20,9 @@ FIND_CHARS = 200  # the find bar's own limit on what it searches for
 def hit_url(hit: StepHit) -> str:
     """The trajectory page at the hit's step of its branch, the match marked by the page's
     find bar (`find`: the matched text of the step's own action or observation; `at`: the
-    step). A match in an annotation opens the step alone."""
-    params: dict[str, str | int] = {"branch": hit.branch_id}
+    step). A match in an annotation opens the step alone. `step`: the page comes with the
+    step's window in it (no second request, which would race the find bar's own)."""
+    params: dict[str, str | int] = {"branch": hit.branch_id, "step": hit.index}
     text = matched_text(hit)
     if text:
         params.update({"find": text, "at": hit.index})
