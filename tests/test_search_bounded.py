@@ -112,6 +112,54 @@ def test_phrase_tested_on_the_newest_candidates_only(project, monkeypatch):
     assert results.total_label == "1"
 
 
+def test_a_bounded_phrase_keeps_its_hits_and_says_which_end_was_tested(project, monkeypatch):
+    make_trajectory(
+        project,
+        title="Ends",
+        steps=[
+            ("a", "file error one"),  # oldest
+            ("b", "error before file"),
+            ("c", "file error two"),
+            ("d", "file error three"),  # newest
+        ],
+    )
+    monkeypatch.setattr(service, "PHRASE_CANDIDATES", 2)
+    newest = search_steps([project.pk], '"file error"', sort="newest")
+    assert [h.index for h in newest.hits] == [3, 2]
+    assert newest.total_is_partial and newest.total == 2
+    assert newest.total_label == (
+        "2 in the newest 2 steps that hold every word (older ones not searched)"
+    )
+    oldest = search_steps([project.pk], '"file error"', sort="oldest")
+    assert [h.index for h in oldest.hits] == [0]
+    assert oldest.total_is_partial and oldest.total == 1
+    assert oldest.total_label == (
+        "1 in the oldest 2 steps that hold every word (newer ones not searched)"
+    )
+    by_relevance = search_steps([project.pk], '"file error"')
+    assert sorted(h.index for h in by_relevance.hits) == [2, 3]
+    monkeypatch.setattr(service, "PHRASE_CANDIDATES", 4)
+    every = search_steps([project.pk], '"file error"', sort="oldest")
+    assert [h.index for h in every.hits] == [0, 2, 3] and not every.total_is_partial
+
+
+def test_a_phrase_with_more_hits_than_counted_stops_at_the_newest(project, monkeypatch):
+    make_trajectory(
+        project,
+        title="Many",
+        steps=[("x", f"disk full at {i}") for i in range(6)] + [("y", "full disk")],
+    )
+    monkeypatch.setattr(service, "COUNT_LIMIT", 3)
+    results = search_steps([project.pk], '"disk full"', sort="newest", per_page=2)
+    assert results.total_is_lower_bound and not results.total_is_partial
+    assert results.total_label == "more than 3"
+    assert [h.index for h in results.hits] == [5, 4]
+    # past the counted hits the pages go on in newest order, every hit once
+    assert pages(project, '"disk full"', "newest") == [
+        s.pk for s in Step.objects.filter(observation__startswith="disk full").order_by("-pk")
+    ]
+
+
 def test_field_terms_are_bounded_like_phrases(project, monkeypatch):
     make_trajectory(
         project,

@@ -442,6 +442,11 @@ def page_sql(branches: list[Compiled], sort: str, limit: int, offset: int) -> tu
     )
 
 
+# `candidates_sql`'s row saying a branch with phrases or field terms had more steps holding
+# all its words than it tested (never a step id: ids are positive)
+UNTESTED = -1
+
+
 def candidates_sql(
     branches: list[Compiled], sort: str, limit: int, tested: int = 0
 ) -> tuple[str, list[Any]]:
@@ -453,24 +458,36 @@ def candidates_sql(
 
     A branch with phrases or field terms (`exact_where`) tests at most the newest `tested`
     steps holding all its words (each test reads a tsvector: two common words that seldom
-    meet would test hundreds of thousands); `tested_sql` tells whether there were more."""
+    meet would test hundreds of thousands), newest first, and stops at its `limit`th hit.
+    When it found fewer and more steps hold its words than it tested, one more row says so:
+    `(UNTESTED, 0)`, after the hits (a second query counting them again cost as much as
+    the first)."""
     ranked = sort == "relevance" and all(b.rank_vector for b in branches)
     direction = "ASC" if sort == "oldest" else "DESC"
     parts, params = [], []
     for i, branch in enumerate(branches):
         if branch.exact_where is not None and tested:
-            # the newest `tested` steps with every word, then the phrase or field test
+            # the newest `tested` + 1 steps with every word, numbered in that order; the
+            # phrase or field test on the first `tested`, as far as the `limit`th hit
             where = " AND ".join(f"({w})" for w in branch.exact_where)
             inner = (
                 f"SELECT s.id AS id, s.search_vector AS v FROM {branch.from_sql} WHERE {where} "
                 f"ORDER BY s.id {direction} LIMIT %s"
             )
+            numbered = f"SELECT n{i}.id, n{i}.v, row_number() OVER () AS n FROM ({inner}) AS n{i}"
             text, text_params = branch.where[0], branch.params[:1]
             test = text.replace("s.search_vector", f"c{i}.v")
             rank = pg_rank(f"c{i}.v") if ranked else "0"
-            parts.append(f"SELECT c{i}.id, {rank} AS r FROM ({inner}) AS c{i} WHERE {test}")
+            parts.append(
+                f"SELECT * FROM (SELECT CASE WHEN c{i}.n > %s THEN {UNTESTED} ELSE c{i}.id END "
+                f"AS id, CASE WHEN c{i}.n > %s THEN 0 ELSE {rank} END AS r "
+                f"FROM ({numbered}) AS c{i} WHERE c{i}.n > %s OR ({test}) LIMIT %s) AS e{i}"
+            )
             rank_params = branch.rank_params if ranked else []
-            params.extend([*rank_params, *branch.exact_params, tested, *text_params])
+            params.extend(
+                [tested, tested, *rank_params, *branch.exact_params, tested + 1, tested]
+                + [*text_params, limit]
+            )
             continue
         vector = f", {branch.rank_vector} AS v" if ranked else ""
         inner = (
@@ -484,29 +501,12 @@ def candidates_sql(
         else:
             parts.append(f"SELECT c{i}.id, 0 AS r FROM ({inner}) AS c{i}")
             params.extend([*branch.params, limit])
+    # UNTESTED last, past the `limit` hits
     return (
         f"SELECT id, MAX(r) FROM ({' UNION ALL '.join(parts)}) AS u GROUP BY id "
-        f"ORDER BY id {direction} LIMIT %s",
-        [*params, limit],
+        f"ORDER BY id = {UNTESTED}, id {direction} LIMIT %s",
+        [*params, limit + 1],
     )
-
-
-def tested_sql(branches: list[Compiled], tested: int) -> tuple[str, list[Any]] | None:
-    """SQL telling whether a branch with phrases or field terms has more than `tested` steps
-    holding all its words (then `candidates_sql` did not test them all); None: none has."""
-    parts, params = [], []
-    for branch in branches:
-        if branch.exact_where is None:
-            continue
-        where = " AND ".join(f"({w})" for w in branch.exact_where)
-        parts.append(
-            f"(SELECT COUNT(*) FROM (SELECT 1 FROM {branch.from_sql} WHERE {where} LIMIT %s) "
-            "AS x) > %s"
-        )
-        params.extend([*branch.exact_params, tested + 1, tested])
-    if not parts:
-        return None
-    return "SELECT " + " OR ".join(parts), params
 
 
 def count_sql(branches: list[Compiled], limit: int) -> tuple[str, list[Any]]:

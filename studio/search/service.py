@@ -25,6 +25,7 @@ from django.utils.safestring import SafeString, mark_safe
 from studio.search.backends import (
     INDEXED_CHARS,
     SEES_ALL,
+    UNTESTED,
     Compiled,
     Viewer,
     candidates_sql,
@@ -32,7 +33,6 @@ from studio.search.backends import (
     count_sql,
     page_sql,
     source_of,
-    tested_sql,
     trajectory_where,
 )
 from studio.search.backends import trajectory_ids_sql as steps_trajectory_ids_sql
@@ -124,7 +124,8 @@ class StepResults:
     # `ranked_among` hits were ranked, and come first; the others follow, newest first
     ranked_among: int = 0
     # a phrase or field term was tested on the newest `PHRASE_CANDIDATES` steps holding
-    # its words only, and there are more: `total` hits at least (PostgreSQL)
+    # its words only (the oldest, sorted oldest first), and there are more: `total` hits at
+    # least (PostgreSQL)
     total_is_partial: bool = False
     # ranked by meaning (`studio.search.meaning`): among which hits, and each one's cosine
     meaning_scope: str = ""
@@ -143,9 +144,11 @@ class StepResults:
     @property
     def total_label(self) -> str:
         if self.total_is_partial:
+            # sorted oldest first, the oldest candidates were tested (`candidates_sql`)
+            end, rest = ("oldest", "newer") if self.sort == "oldest" else ("newest", "older")
             return (
-                f"{self.total:,} in the newest {PHRASE_CANDIDATES:,} steps that hold every word "
-                "(older ones not searched)"
+                f"{self.total:,} in the {end} {PHRASE_CANDIDATES:,} steps that hold every word "
+                f"({rest} ones not searched)"
             )
         if self.total_is_lower_bound:
             return f"more than {self.total:,}"
@@ -235,12 +238,11 @@ def _candidates_page(
     with connection.cursor() as cursor:
         cursor.execute(*candidates_sql(branches, sort, COUNT_LIMIT + 1, PHRASE_CANDIDATES))
         rows = cursor.fetchall()
+        untested = any(row[0] == UNTESTED for row in rows)
+        rows = [row for row in rows if row[0] != UNTESTED][: COUNT_LIMIT + 1]
         counted = len(rows)
-        partial = False
-        check = tested_sql(branches, PHRASE_CANDIDATES) if counted <= COUNT_LIMIT else None
-        if check is not None:
-            cursor.execute(*check)
-            partial = bool(cursor.fetchone()[0])
+        # past `COUNT_LIMIT` hits the count reads "more than" whatever was left untested
+        partial = untested and counted <= COUNT_LIMIT
         kept = rows[:COUNT_LIMIT]
         ranked = sort == "relevance" and all(b.rank_vector for b in branches)
         if ranked:
