@@ -224,6 +224,9 @@ STUDIO_MAX_UPLOAD_BYTES = env_int("STUDIO_MAX_UPLOAD_MB", 512, minimum=1) * 1024
 STUDIO_MAX_UPLOADS_PER_HOUR = env_int("STUDIO_MAX_UPLOADS_PER_HOUR", 60, minimum=1)
 # A search's regular expression (re:/.../) runs in Python over at most this many steps.
 STUDIO_SEARCH_REGEX_CANDIDATES = env_int("STUDIO_SEARCH_REGEX_CANDIDATES", 20_000, minimum=1)
+# ... and for at most this long (milliseconds): past it the search stops and says why (a
+# pattern that backtracks for ever must not hold a web process).
+STUDIO_SEARCH_REGEX_MS = env_int("STUDIO_SEARCH_REGEX_MS", 2000, minimum=1)
 # Behaviour search (`studio.jobs.behaviour`): the most candidates (steps or trajectories) one
 # job may ask the judge about; a form's "max candidates" is bounded by it.
 STUDIO_BEHAVIOUR_MAX_CANDIDATES = env_int("STUDIO_BEHAVIOUR_MAX_CANDIDATES", 2000, minimum=1)

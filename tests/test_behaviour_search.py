@@ -91,7 +91,7 @@ def test_the_scripted_judge_looks_up_the_words_and_their_synonyms_and_says_it_is
             ['delete: the action has "forget", "prune"', 'delete: the action has "forget"'],
         )
     )
-    assert B.parse_cluster_name(naming or "") == "forget, prune in the action"
+    assert B.parse_cluster_name(naming or "") == "forget, prune (all in the action)"
     assert "not a model" in (naming or "")
     assert behaviour_answer([{"role": "system", "content": "You grade a world model"}]) is None
 
@@ -340,7 +340,9 @@ def test_annotators_read_the_searches_but_never_start_cancel_or_make(
     page = annotator_client.get(reverse("behaviour_job", args=[job.pk])).content.decode()
     assert "rm -rf deletes the cache" in page and "removes caches · 2" in page
     assert 'id="behaviour-make"' not in page and 'id="behaviour-resume"' not in page
-    assert annotator_client.get(reverse("behaviour_new", args=[project.pk])).status_code == 403
+    refused = annotator_client.get(reverse("behaviour_new", args=[project.pk]))
+    assert refused.status_code == 403
+    assert "a researcher or an admin starts" in refused.content.decode()
     new = annotator_client.post(reverse("behaviour_new", args=[project.pk]), {"description": "x"})
     assert new.status_code == 403 and BehaviourSearch.objects.count() == 1
     for name in ("behaviour_cancel", "behaviour_resume", "behaviour_make"):
@@ -584,3 +586,27 @@ def test_nothing_is_made_of_a_search_that_has_not_ended(researcher_client, proje
     )
     assert "Nothing was made: the search has not ended yet." in refused.content.decode()
     assert not AnnotationQueue.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_query_whose_regex_runs_past_its_time_is_refused_or_fails_saying_why(project, settings):
+    settings.STUDIO_SEARCH_REGEX_MS = 200
+    slow = "re:/((a|aa)+)+c/"
+    make_trajectory(project, steps=[("echo aac", "aac")], key="short")
+    data = service.BehaviourData(
+        judge=judge_of(project), description="the agent reads a file", query=slow
+    )
+    job = service.start_behaviour_search(project, None, data)  # in time: a job
+    # a step written since (or a worker's slower machine): the job stops and says why
+    make_trajectory(project, steps=[("cat a.txt", "a" * 3000)], key="long")
+    job = run(job)
+    assert job.status == JobStatus.FAILED
+    assert job.error.startswith(
+        "No candidates were chosen: the regular expression /((a|aa)+)+c/ took more than 0.2 s"
+    )
+    assert job.candidate_ids is None and not BehaviourLabel.objects.filter(job=job).exists()
+    # the form's request is refused on its query, before any job
+    with pytest.raises(service.InvalidSearch) as refused:
+        service.start_behaviour_search(project, None, data)
+    assert refused.value.field == "query" and "took more than 0.2 s" in str(refused.value)
+    assert BehaviourSearch.objects.count() == 1

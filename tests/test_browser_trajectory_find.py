@@ -88,3 +88,64 @@ def test_a_link_to_a_hit_by_anchor_lands_on_it(page, login, live_server, project
         mark = page.wait_for_selector("#step-480 mark.find-hit.current")
         assert mark.inner_text() == "Quokka-Sign"
         assert page.locator("#find-count").inner_text() == "hit 2 of 2"
+
+
+def count_is(page, text: str) -> None:
+    try:
+        page.wait_for_function(
+            "(text) => document.getElementById('find-count').textContent === text", arg=text
+        )
+    except Exception:
+        shown = page.locator("#find-count").inner_text()
+        raise AssertionError(f"the find bar says {shown!r}, not {text!r}") from None
+
+
+def test_hits_past_a_window_are_reached_and_a_folded_one_unfolds(
+    page, login, live_server, project, monkeypatch
+):
+    """Windows of three hits (HIT_LIMIT made small): a link lands on the hit at its step
+    with the hits before it counted, Enter and Shift+Enter cross into the next and the
+    previous window, going round reaches the last window; a hit in the folded part of a long
+    observation unfolds it."""
+    monkeypatch.setattr("studio.views.trajectory_find.HIT_LIMIT", 3)
+    long_obs = (
+        "\n".join(f"line {k} of the listing" for k in range(400)) + "\nthe Kiwi-Tag at the end"
+    )
+    traj = make_trajectory(
+        project,
+        title="Windows",
+        n_steps=30,
+        step_factory=lambda i: {
+            "action": f"echo {i}",
+            "observation": long_obs if i == 20 else f"output {i} with the Kiwi-Tag",
+        },
+    )
+    login(page, "researcher")
+    page.goto(f"{live_server.url}/trajectories/{traj.pk}/?find=kiwi-tag&at=20")
+    count_is(page, "hit 21 of 30")
+    mark = page.wait_for_selector("#step-20 mark.find-hit.current")
+    assert page.locator("#step-20 [data-fold].open").count() == 1  # unfolded to show it
+    assert page.evaluate(
+        """() => {
+          const r = document.querySelector('mark.find-hit.current').getBoundingClientRect();
+          return r.top >= 0 && r.bottom <= window.innerHeight && r.width > 0;
+        }"""
+    )
+    assert mark.inner_text() == "Kiwi-Tag"
+    for n in (22, 23, 24):  # the window of 20..22, then the next one
+        page.keyboard.press("F3")
+        count_is(page, f"hit {n} of 30")
+        page.wait_for_selector(f"#step-{n - 1} mark.find-hit.current")
+    for n in (23, 22, 21, 20):  # and back, across the window's start
+        page.keyboard.press("Shift+F3")
+        count_is(page, f"hit {n} of 30")
+        page.wait_for_selector(f"#step-{n - 1} mark.find-hit.current")
+    page.goto(f"{live_server.url}/trajectories/{traj.pk}/?find=kiwi-tag")
+    count_is(page, "hit 1 of 30")
+    page.locator("#find-input").focus()
+    page.keyboard.press("Shift+Enter")  # round to the last hit, in the last window
+    count_is(page, "hit 30 of 30")
+    page.wait_for_selector("#step-29 mark.find-hit.current")
+    page.keyboard.press("Enter")
+    count_is(page, "hit 1 of 30")
+    page.wait_for_selector("#step-0 mark.find-hit.current")

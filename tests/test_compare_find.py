@@ -111,6 +111,21 @@ def test_hits_are_bounded_and_say_so(researcher_client, project):
     assert (last["step"], last["branch"], last["occurrence"]) == (16, child.pk, 9)
     exact = find(researcher_client, t, "alt", [root, child]).json()
     assert len(exact["hits"]) == 20 and exact["capped"] is False
+    # the next window starts after the last hit, inside step 16's second column
+    assert (data["before"], data["total"], data["more"]) == (0, 1200, False)
+    rest = client_window(researcher_client, t, "x", [root, child], step=16, nth=last["nth"] + 1)
+    assert rest["before"] == HIT_LIMIT and len(rest["hits"]) == 200 and not rest["capped"]
+    first = rest["hits"][0]
+    assert (first["step"], first["branch"], first["occurrence"]) == (16, child.pk, 10)
+    back = client_window(researcher_client, t, "x", [root, child], back=1)
+    assert back["before"] == 200 and back["hits"][0] == data["hits"][200]
+
+
+def client_window(client, traj, q, branches, **place):
+    return client.get(
+        reverse("branch_compare_find", args=[traj.pk]),
+        {"q": q, "b": [b.pk for b in branches], "start": 0, **place},
+    ).json()
 
 
 def test_a_hit_past_what_a_page_renders_is_cut(researcher_client, project, settings):

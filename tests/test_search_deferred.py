@@ -302,3 +302,44 @@ def test_the_search_pages_say_what_is_not_searchable_yet(
         'id="search-unindexed"'
         not in client.get(reverse("search", args=[project.pk])).content.decode()
     )
+
+
+COLOURED = "\x1b[34mdpkg\x1b[0m: \x1b[1;31mfailed\x1b[0m result\x1b]0;term title\x07 done"
+
+
+@indexed_db
+def test_coloured_terminal_text_is_found_as_it_reads(project, tmp_path, no_messages):
+    """Terminal escapes glued to words ("\\x1b[34mdpkg") are out of the index (migration
+    0027): written at once or by the indexer, found by the words a person reads, with the
+    word marked in a snippet free of the escapes."""
+    trajectory = make_trajectory(project, steps=[("apt-get install", COLOURED)])
+    step = Step.objects.get(branch__trajectory=trajectory)
+    with deferred_indexing():
+        later = make_trajectory(project, steps=[("\x1b[32mcargo\x1b[0m build", "ok")])
+    assert found(project, "cargo") == set()
+    index_pending()
+    assert found(project, "cargo") == {Step.objects.get(branch__trajectory=later).pk}
+    assert found(project, "dpkg") == {step.pk}
+    assert found(project, '"failed result"') == {step.pk}
+    assert found(project, "34mdpkg") == set() and found(project, "title") == set()
+    hit = search_steps([project.pk], "dpkg").hits[0]
+    assert hit.snippet is not None
+    assert [text for text, marked in hit.snippet.pieces if marked] == ["dpkg"]
+    assert "\x1b" not in "".join(text for text, _ in hit.snippet.pieces)
+    Step.objects.filter(pk=step.pk).delete()
+    assert found(project, "dpkg") == set()
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_0027_indexes_again_the_coloured_steps_indexed_before_it(project):
+    m27 = importlib.import_module("studio.migrations.0027_search_without_ansi")
+    with connection.cursor() as cursor:
+        for sql in m27.PG_BACKWARD:  # as a database was before 0027 (in this test's transaction)
+            cursor.execute(sql)
+    trajectory = make_trajectory(project, steps=[("apt-get install", COLOURED)])
+    step = Step.objects.get(branch__trajectory=trajectory)
+    assert found(project, "dpkg") == set() and found(project, "34mdpkg") == {step.pk}
+    with connection.cursor() as cursor:
+        for sql in m27.PG_FORWARD:
+            cursor.execute(sql)
+    assert found(project, "dpkg") == {step.pk} and found(project, "34mdpkg") == set()

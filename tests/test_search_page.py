@@ -86,6 +86,25 @@ def test_a_bad_query_is_a_400_naming_the_column(client, library):
     assert page(client, library, q="x", page="0").status_code == 400
 
 
+def test_a_regex_past_its_time_is_a_400_saying_why(client, library, settings):
+    settings.STUDIO_SEARCH_REGEX_MS = 200
+    make_trajectory(library, title="Long", steps=[("cat a.txt", "a" * 3000)])
+    client.force_login(library.users["researcher"])
+    slow = "re:/((a|aa)+)+c/"
+    for response in (
+        page(client, library, q=slow),
+        client.get(reverse("library", args=[library.pk]), {"q": slow}),
+    ):
+        body = response.content.decode()
+        assert response.status_code == 400
+        assert "Not searched: the regular expression /((a|aa)+)+c/ took more than 0.2 s" in body
+    response = client.post(
+        reverse("search_hits_tag", args=[library.pk]), {"q": slow, "tag": "t"}, follow=True
+    )
+    assert "Nothing made: the regular expression" in response.content.decode()
+    assert not Tag.objects.filter(name="t").exists()
+
+
 def test_paging(client, library, monkeypatch):
     monkeypatch.setattr("studio.views.search.PER_PAGE", 2)
     client.force_login(library.users["researcher"])

@@ -1,9 +1,11 @@
 """The SQLite FTS5 path of `studio.search` on a bare in-memory sqlite3 connection, so it runs
-whatever database the suite uses: migrations 0022's, 0023's and 0026's SQLite statements
-(tables and triggers) over the columns they read, the SQL `compile_branches` and `page_sql` /
-`count_sql` issue for SQLite, and the indexer's (`studio.search.indexer`) for steps an import
-wrote unindexed. Every search test runs before 0026 and after it (its triggers must index an
-ordinary write as 0022's did)."""
+whatever database the suite uses: migrations 0022's, 0023's, 0026's and 0027's SQLite
+statements (tables and triggers) over the columns they read, the SQL `compile_branches` and
+`page_sql` / `count_sql` issue for SQLite, and the indexer's (`studio.search.indexer`) for
+steps an import wrote unindexed. Every search test runs before 0026, after it and after 0027
+(their triggers must index an ordinary write as 0022's did); the deferred ones run on 0027's
+triggers (what a database has now). A bare connection is given the function 0027's
+triggers call, as Django's connections are (`studio.search.text`)."""
 
 from __future__ import annotations
 
@@ -15,12 +17,14 @@ import pytest
 from studio.search.backends import SEES_ALL, Viewer, compile_branches, count_sql, page_sql
 from studio.search.indexer import SQLITE_INDEX_BATCH
 from studio.search.query import parse
+from studio.search.text import register_sqlite_function
 
 migration = importlib.import_module("studio.migrations.0022_step_search")
 migration_0023 = importlib.import_module(
     "studio.migrations.0023_search_annotations_trajectories_saved"
 )
 migration_0026 = importlib.import_module("studio.migrations.0026_deferred_search_index")
+migration_0027 = importlib.import_module("studio.migrations.0027_search_without_ansi")
 
 SCHEMA = [
     "CREATE TABLE studio_trajectory (id INTEGER PRIMARY KEY, project_id INTEGER, domain TEXT, "
@@ -38,9 +42,10 @@ SCHEMA = [
 ]
 
 
-@pytest.fixture(params=["0023", "0026"])
+@pytest.fixture(params=["0023", "0026", "0027"])
 def db(request):
     conn = sqlite3.connect(":memory:")
+    register_sqlite_function(conn)
     for sql in SCHEMA:
         conn.execute(sql)
     conn.executemany(
@@ -59,8 +64,11 @@ def db(request):
     )
     for sql in [*migration.SQLITE_CREATE, *migration_0023.SQLITE_CREATE]:
         conn.execute(sql)
-    if request.param == "0026":
+    if request.param in ("0026", "0027"):
         for sql in migration_0026.SQLITE_CREATE:
+            conn.execute(sql)
+    if request.param == "0027":
+        for sql in migration_0027.SQLITE_FORWARD:
             conn.execute(sql)
     conn.executemany(
         "INSERT INTO studio_step (id, branch_id, action, observation) VALUES (?, ?, ?, ?)",
@@ -175,6 +183,10 @@ def test_trajectory_fields(db):
 
 
 def test_drop_removes_table_and_triggers(db):
+    triggers = db.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    if any("studio_without_ansi" in sql for (sql,) in triggers):
+        for sql in migration_0027.SQLITE_BACKWARD:
+            db.execute(sql)
     if db.execute(
         f"SELECT 1 FROM sqlite_master WHERE name = '{migration_0026.DEFERRAL}'"
     ).fetchone():
@@ -218,6 +230,7 @@ def unindexed(conn) -> list[int]:
 @pytest.fixture
 def db26():
     conn = sqlite3.connect(":memory:", isolation_level=None)  # BEGIN / COMMIT by hand
+    register_sqlite_function(conn)
     for sql in SCHEMA:
         conn.execute(sql)
     conn.execute("INSERT INTO studio_trajectory (id, project_id, domain, source_format) "
@@ -230,6 +243,7 @@ def db26():
         *migration.SQLITE_CREATE,
         *migration_0023.SQLITE_CREATE,
         *migration_0026.SQLITE_CREATE,
+        *migration_0027.SQLITE_FORWARD,
     ]:
         conn.execute(sql)
     yield conn
@@ -331,7 +345,7 @@ def test_a_step_fts_never_held_is_never_deleted_from_it(db26, trigger):
 
 def test_reverse_indexes_what_waits_and_restores_0022s_triggers(db26):
     deferred_write(db26, [(2, "ibis", "ibis")])
-    for sql in migration_0026.SQLITE_DROP:
+    for sql in [*migration_0027.SQLITE_BACKWARD, *migration_0026.SQLITE_DROP]:
         db26.execute(sql)
     assert run(db26, "ibis") == [2]
     integrity_check(db26)
@@ -347,3 +361,50 @@ def test_reverse_indexes_what_waits_and_restores_0022s_triggers(db26):
     db26.execute("UPDATE studio_step SET action = 'spoonbill' WHERE id = 2")
     assert run(db26, "spoonbill") == [2]
     integrity_check(db26)
+
+
+# ---- 0027: terminal escape sequences out of the index ------------------------------------
+
+COLOURED = "\x1b[34mdpkg\x1b[0m: \x1b[1;31mfailed\x1b[0m result\x1b]0;term title\x07 done"
+
+
+def vocabulary(conn) -> set[str]:
+    """Every word FTS5 holds for studio_step (a word left behind would show here)."""
+    conn.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.step_vocab USING "
+        f"fts5vocab(main, {migration.FTS_TABLE}, 'row')"
+    )
+    return {row[0] for row in conn.execute("SELECT term FROM temp.step_vocab")}
+
+
+def test_coloured_text_is_indexed_as_it_reads(db26):
+    db26.execute("INSERT INTO studio_step (id, branch_id, action, observation) "
+                 "VALUES (2, 1, 'apt install', ?)", [COLOURED])  # fmt: skip
+    deferred_write(db26, [(3, "\x1b[32mcargo\x1b[0m build", "ok")])
+    index_pending(db26)
+    assert run(db26, "dpkg") == [2] and run(db26, '"failed result"') == [2]
+    assert run(db26, "title") == []  # a window title is no text of the step
+    assert run(db26, "cargo") == [3]
+    assert {"34mdpkg", "0m", "31mfailed", "32mcargo"}.isdisjoint(vocabulary(db26))
+    # changed and deleted: FTS5 is told the words it was given, none is left behind
+    db26.execute("UPDATE studio_step SET observation = 'plain' WHERE id = 2")
+    db26.execute("DELETE FROM studio_step WHERE id = 3")
+    assert run(db26, "dpkg") == [] and run(db26, "cargo") == []
+    assert vocabulary(db26) == {"ls", "a", "b", "apt", "install", "plain"}
+
+
+def test_0027_indexes_again_the_coloured_steps_of_0026(db26):
+    for sql in migration_0027.SQLITE_BACKWARD:  # as a database was before 0027
+        db26.execute(sql)
+    db26.execute("INSERT INTO studio_step (id, branch_id, action, observation) "
+                 "VALUES (2, 1, 'apt install', ?)", [COLOURED])  # fmt: skip
+    deferred_write(db26, [(3, "\x1b[32mcargo\x1b[0m", "")])  # waiting: the indexer's
+    assert run(db26, "dpkg") == [] and run(db26, "34mdpkg") == [2]
+    for sql in migration_0027.SQLITE_FORWARD:
+        db26.execute(sql)
+    assert run(db26, "dpkg") == [2] and run(db26, "34mdpkg") == []
+    assert unindexed(db26) == [3]
+    index_pending(db26)
+    assert run(db26, "cargo") == [3]
+    db26.execute("DELETE FROM studio_step WHERE id IN (2, 3)")
+    assert vocabulary(db26) == {"ls", "a", "b"}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from studio.models import Branch, BranchOrigin, SimulationJob, Step, StepAnnotation
-from studio.search.service import search_steps
+from studio.search.query import RegexTimeout, parse
+from studio.search.service import matching_step_ids, search_steps, trajectory_ids_by_regex
 from tests.support.ui import make_trajectory
 
 
@@ -160,6 +161,27 @@ def test_regex_over_bounded_candidates(library, settings):
     results = search_steps([library.pk], r"re:/needle/")
     assert "newest 2 steps in the project only" in results.regex_scope
     assert [(h.trajectory_title, h.index) for h in results.hits] == [("Web", 1)]
+
+
+# backtracks for ever on a long run of "a" (not on a short one): "took more than" only
+SLOW = "re:/((a|aa)+)+c/"
+
+
+def test_a_regex_that_backtracks_for_ever_is_stopped_and_says_so(project, settings):
+    settings.STUDIO_SEARCH_REGEX_MS = 300
+    make_trajectory(project, title="Short", steps=[("echo aaab", "aac")])
+    make_trajectory(project, title="Long", steps=[("cat a.txt", "a" * 3000)])
+    with pytest.raises(RegexTimeout) as stopped:
+        search_steps([project.pk], SLOW, sort="oldest")
+    message = str(stopped.value)
+    assert "/((a|aa)+)+c/ took more than 0.3 s" in message
+    assert "stopped after 1 of 2 steps" in message  # the short one, tested first
+    for ask in (matching_step_ids, trajectory_ids_by_regex):
+        with pytest.raises(RegexTimeout):
+            ask([project.pk], parse(SLOW), *((10,) if ask is matching_step_ids else ()))
+    # the rest of the query narrows the candidates to those it can test in time
+    hits = search_steps([project.pk], f"echo {SLOW}").hits
+    assert [(h.trajectory_title, h.index) for h in hits] == [("Short", 0)]
 
 
 def test_snippet_marks_the_match_and_escapes_text(project):

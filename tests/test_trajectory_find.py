@@ -76,6 +76,60 @@ def test_hits_are_bounded_and_say_so(researcher_client, project):
     assert len(exact["hits"]) == 40 and exact["capped"] is False
 
 
+def test_every_hit_is_reached_window_by_window_both_ways(researcher_client, project, monkeypatch):
+    """Past a window's HIT_LIMIT hits the next window starts after its last hit (a step's
+    hits may be split between two), and the one before ends before its first; `at` lands
+    on a step with the hits before it counted."""
+    monkeypatch.setattr("studio.views.trajectory_find.HIT_LIMIT", 7)
+    traj = make_trajectory(
+        project,
+        step_factory=lambda i: {"action": "x " * (i % 4), "observation": f"x at {i}"},
+        n_steps=12,
+    )
+    places = [
+        (s, f, n)
+        for s in range(12)
+        for f, n in [("action", k) for k in range(s % 4)] + [("observation", 0)]
+    ]
+    assert len(places) == 30
+
+    def got(data):
+        return [(h["step"], h["field"], h["occurrence"]) for h in data["hits"]]
+
+    data = find(researcher_client, traj, "x").json()
+    seen = got(data)
+    assert (data["before"], data["total"], data["more"], data["capped"]) == (0, 30, False, True)
+    while data["capped"]:
+        last = data["hits"][-1]
+        data = find(researcher_client, traj, "x", step=last["step"], nth=last["nth"] + 1).json()
+        assert data["before"] == len(seen) and data["total"] == 30
+        seen += got(data)
+    assert seen == places  # each once, in order
+    data = find(researcher_client, traj, "x", back=1).json()  # the last ones
+    back = got(data)
+    assert data["before"] == 23 and back == places[23:]
+    while data["before"]:
+        first = data["hits"][0]
+        data = find(
+            researcher_client, traj, "x", step=first["step"], nth=first["nth"], back=1
+        ).json()
+        back = got(data) + back
+    assert back == places
+    # a search hit's link: the first hit at step 9 or after, the 21 before it counted
+    landed = find(researcher_client, traj, "x", step=9).json()
+    assert landed["before"] == places.index((9, "action", 0)) == 21
+    assert got(landed)[0] == (9, "action", 0)
+    assert find(researcher_client, traj, "x", step=50).json() | {"hits": None} == {
+        "query": "x", "branch": traj.branches.get().pk, "hits": None, "before": 30,
+        "total": 30, "more": False, "capped": False, "limit": 7,
+    }  # fmt: skip
+    monkeypatch.setattr("studio.services.step_find.COUNT_LIMIT", 5)
+    counted = find(researcher_client, traj, "x").json()
+    assert (counted["total"], counted["more"], counted["capped"]) == (12, True, True)
+    for bad in ({"step": "-1"}, {"step": "x"}, {"nth": "1e9"}):
+        assert find(researcher_client, traj, "x", **bad).status_code == 400
+
+
 def test_a_hit_past_the_shown_part_says_where_it_is(researcher_client, project, settings):
     settings.STUDIO_PAGE_FIELD_CHARS = PREVIEW_CHARS + 10_000
     long_obs = (

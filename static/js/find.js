@@ -13,15 +13,20 @@
   "use strict";
 
   var bar, input, count, note, root, page;
+  // The window of hits the server last sent (at most its `limit`), and where it lies among
+  // them all: `before` hits come before it, `total` were counted (`more`: there are more).
+  // `index` is the current hit's place in the window; past either end, the next window comes.
   var hits = [];
-  var capped = false;
+  var before = 0;
+  var total = 0;
+  var more = false;
   var index = -1;
   var query = "";
   var answer = {};
   var timer = null;
   var pending = null;
-  // Opened from a link (a search hit: `?find=<text>&at=<step>`): the first search goes to
-  // the first hit at that step or after it, not to the first hit of the branch.
+  // Opened from a link (a search hit: `?find=<text>&at=<step>`): the first window starts at
+  // the first hit at that step or after it, the hits before it counted.
   var startAt = null;
 
   function isOpen() {
@@ -58,10 +63,6 @@
     return Number(n).toLocaleString("en-US");
   }
 
-  function total() {
-    return number(hits.length) + (capped ? "+" : "");
-  }
-
   function say(text) {
     count.textContent = text;
   }
@@ -85,52 +86,108 @@
     note.hidden = !note.textContent;
   }
 
-  function search() {
-    query = input.value.trim();
+  // Ask for a window of hits (`place`: {step, nth, back}); resolves true once it is the one
+  // shown, false when a newer question or an error took its place.
+  function fetchWindow(place) {
     if (pending) pending.abort();
-    clearMarks();
-    hits = [];
-    answer = {};
-    index = -1;
-    setNote("");
-    if (!query) {
-      say("");
-      return;
-    }
-    say("Searching…");
     pending = new AbortController();
     var url = new URL(root.dataset.findUrl, window.location.href);
     page.params(url);
     url.searchParams.set("q", query);
+    Object.keys(place).forEach(function (key) {
+      if (place[key] !== undefined && place[key] !== null) url.searchParams.set(key, place[key]);
+    });
     var asked = query;
-    fetch(url.toString(), { signal: pending.signal, headers: { Accept: "application/json" } })
+    return fetch(url.toString(), { signal: pending.signal, headers: { Accept: "application/json" } })
       .then(function (r) {
         if (!r.ok) throw new Error("The find failed (" + r.status + ")");
         return r.json();
       })
       .then(function (data) {
-        if (asked !== query) return;
+        if (asked !== query) return false;
         answer = data;
         hits = data.hits || [];
-        capped = !!data.capped;
-        if (!hits.length) {
-          say("No hits");
-          setNote("");
-          return;
-        }
-        var first = 0;
-        if (startAt !== null) {
-          for (var k = 0; k < hits.length; k++) {
-            if (Number(hits[k].step) >= startAt) { first = k; break; }
-          }
-          startAt = null;
-        }
-        go(first);
+        before = data.before || 0;
+        total = data.total || 0;
+        more = !!data.more;
+        index = -1;
+        return true;
       })
       .catch(function (err) {
-        if (err.name === "AbortError") return;
-        say(err.message);
+        if (err.name !== "AbortError") say(err.message);
+        return false;
       });
+  }
+
+  function search() {
+    query = input.value.trim();
+    clearMarks();
+    hits = [];
+    answer = {};
+    before = total = 0;
+    more = false;
+    index = -1;
+    setNote("");
+    if (!query) {
+      if (pending) pending.abort();
+      say("");
+      return;
+    }
+    say("Searching…");
+    var place = startAt !== null ? { step: startAt, nth: 0 } : {};
+    startAt = null;
+    fetchWindow(place).then(function (ok) {
+      if (!ok) return;
+      if (!total) {
+        say("No hits");
+        setNote("");
+        return;
+      }
+      go(before); // the window's first hit (none at or after the step asked: the first)
+    });
+  }
+
+  // Go to hit n (0: the first of them all), bringing its window if it is not this one;
+  // past the last the find goes round to the first, and back.
+  function go(n) {
+    if (!total) return;
+    var round = n < 0; // back past the first: the last hit, in the last window
+    if (round) n = more ? -1 : total - 1;
+    else if (n >= total && !more) n = 0;
+    if (n >= before && n < before + hits.length) {
+      show(n - before);
+      return;
+    }
+    var place;
+    var last = false;
+    if (round) {
+      place = { back: 1 }; // the last hits (how many there are is then known)
+      last = true;
+    } else if (n === 0) {
+      place = { step: 0, nth: 0 };
+    } else if (n >= before + hits.length && hits.length) {
+      var end = hits[hits.length - 1];
+      place = { step: end.step, nth: end.nth + 1 };
+    } else if (hits.length) {
+      var first = hits[0];
+      place = { step: first.step, nth: first.nth, back: 1 };
+      last = true;
+    } else {
+      place = { step: 0, nth: 0 };
+    }
+    say("Searching…");
+    fetchWindow(place).then(function (ok) {
+      if (!ok) return;
+      if (!hits.length) {
+        say(total ? "No hits here" : "No hits");
+        return;
+      }
+      show(last ? hits.length - 1 : 0);
+    });
+  }
+
+  function next(step) {
+    go(before + index + step);
   }
 
   // The text nodes of `scope` (those `accept` takes, if given) and where each starts in
@@ -183,13 +240,13 @@
     return at;
   }
 
-  function go(i) {
-    if (!hits.length) return;
-    index = ((i % hits.length) + hits.length) % hits.length;
+  // Show hit i of the window: load the part of the page that holds it, mark it, scroll to it.
+  function show(i) {
+    index = i;
     var hit = hits[index];
     var asked = query;
     var where = page.where(hit);
-    say("hit " + number(index + 1) + " of " + total());
+    say("hit " + number(before + index + 1) + " of " + number(total) + (more ? "+" : ""));
     bar.dataset.step = hit.step;
     page.reveal(hit).then(function (place) {
       if (asked !== query || hits[index] !== hit) return;
@@ -204,7 +261,7 @@
       if (at < 0 && hit.part !== "cut" && place.more && !hit.loaded) {
         hit.loaded = true; // asked once: an error answer leaves the excerpt, never a loop
         setNote("In the " + where + ", " + place.moreWords);
-        place.more().then(function () { if (hits[index] === hit && asked === query) go(index); });
+        place.more().then(function () { if (hits[index] === hit && asked === query) show(index); });
         return;
       }
       if (hit.part === "cut") {
@@ -222,9 +279,23 @@
       var marks = markRange(scope, at, at + query.length, place.accept);
       if (marks.length) {
         marks.forEach(function (m) { m.classList.add("current"); });
+        unfold(marks[marks.length - 1]);
         marks[0].scrollIntoView({ block: "center" });
       }
     });
+  }
+
+  // A mark in the clamped part of a folded text (under the fade of its last quarter, or
+  // below the clamp) is unfolded, as the fold's own button does: a hit is never hidden.
+  function unfold(mark) {
+    var fold = mark.closest("[data-fold]:not(.open)");
+    var body = fold && fold.querySelector(".fold-body");
+    if (!body || !body.contains(mark)) return;
+    var clamp = body.getBoundingClientRect();
+    if (mark.getBoundingClientRect().bottom <= clamp.top + body.clientHeight * 0.75) return;
+    fold.classList.add("open");
+    var button = fold.querySelector(".fold-toggle");
+    if (button && button.dataset.less) button.textContent = button.dataset.less;
   }
 
   // ---- the trajectory page: one branch, its steps in windows -------------------------------
@@ -407,7 +478,7 @@
     if (!isOpen()) return;
     if (evt.key === "F3") {
       evt.preventDefault();
-      go(index + (evt.shiftKey ? -1 : 1));
+      next(evt.shiftKey ? -1 : 1);
     } else if (evt.key === "Escape" && (t === input || !typing)) {
       evt.preventDefault();
       close();
@@ -415,7 +486,7 @@
       evt.preventDefault();
       window.clearTimeout(timer);
       if (input.value.trim() !== query) search();
-      else go(index + (evt.shiftKey ? -1 : 1));
+      else next(evt.shiftKey ? -1 : 1);
     }
   });
 
@@ -431,8 +502,8 @@
       window.clearTimeout(timer);
       timer = window.setTimeout(search, 250);
     });
-    document.getElementById("find-next").addEventListener("click", function () { go(index + 1); });
-    document.getElementById("find-prev").addEventListener("click", function () { go(index - 1); });
+    document.getElementById("find-next").addEventListener("click", function () { next(1); });
+    document.getElementById("find-prev").addEventListener("click", function () { next(-1); });
     document.getElementById("find-close").addEventListener("click", close);
     var opener = document.getElementById("find-open");
     if (opener) opener.addEventListener("click", open);

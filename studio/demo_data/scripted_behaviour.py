@@ -11,8 +11,8 @@ about what the agent sees ("the observation shows an error"). The confidence gro
 much was found and where; the reason quotes what was found. A whole trajectory is read step
 by step, and names the first step where it shows.
 
-The cluster-naming prompt: the words the group's reasons quote most (and "in the action" or
-"in the observation" when all of them found their words there).
+The cluster-naming prompt: the words the group's reasons quote most (and "(all in the
+action)" or "(all in the observation)" when every reason found its words there).
 
 The embeddings: a hashed bag of words (each word folded onto its synonym group's head, so
 "rm" and "delete" land on the same dimension), 256 numbers, unit length."""
@@ -277,10 +277,12 @@ def naming_answer(messages: list[dict[str, Any]]) -> str:
     top = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:3]]
     name = ", ".join(top) if top else "reasons alike"
     in_action = sum(1 for r in reasons if "the action has" in r)
+    # where, only when every reason found its words there (of the words as a whole: "a, b
+    # in the action" read as if only b were)
     if reasons and in_action == len(reasons):
-        name += " in the action"
+        name += " (all in the action)"
     elif reasons and not in_action:
-        name += " in the observation"
+        name += " (all in the observation)"
     return f"Scripted demo judge (rules, not a model): the words these reasons quote most.\n<name>{name}</name>"
 
 

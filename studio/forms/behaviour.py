@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, cast
 
 from django import forms
@@ -79,13 +80,13 @@ class BehaviourForm(forms.Form):
         try:
             return service.clean_description(self.cleaned_data.get("description"))
         except service.InvalidSearch as exc:
-            raise forms.ValidationError(_sentence(exc.message)) from None
+            raise forms.ValidationError(sentence(exc.message)) from None
 
     def clean_query(self) -> str:
         try:
             return service.clean_query(self.cleaned_data.get("query"))
         except service.InvalidSearch as exc:
-            raise forms.ValidationError(_sentence(exc.message)) from None
+            raise forms.ValidationError(sentence(exc.message)) from None
 
     def data_object(self) -> service.BehaviourData:
         c = self.cleaned_data
@@ -101,9 +102,15 @@ class BehaviourForm(forms.Form):
         )
 
 
-def _sentence(text: str) -> str:
-    text = text[:1].upper() + text[1:]
+def sentence(text: str) -> str:
+    """A message as a sentence: a capital first (not where it starts with a query's own
+    words, "domain:mars is not one of ..."), a full stop last."""
+    if not _QUOTED_FIELD.match(text):
+        text = text[:1].upper() + text[1:]
     return text if text.endswith(".") else text + "."
+
+
+_QUOTED_FIELD = re.compile(r"[a-z_]+:\S")
 
 
 class MakeForm(forms.Form):

@@ -25,6 +25,7 @@ SORT_CHOICES = [
 class LibraryFilterForm(forms.Form):
     q = forms.CharField(
         required=False,
+        label="Search",
         max_length=200,
         strip=True,
         widget=forms.TextInput(

@@ -25,6 +25,7 @@ from studio.jobs.dispatch import BEHAVIOUR_TASK, send_again
 from studio.jobs.judging import UNREACHABLE_AFTER, unreachable_message
 from studio.jobs.runtime import JobMonitor, claim, finish
 from studio.models import BehaviourLabel, BehaviourSearch, JobStatus
+from studio.search.query import RegexTimeout
 from studio.services import behaviour as service
 from studio.services.embeddings import embedder_for_job
 from studio.services.endpoints import EndpointError
@@ -85,7 +86,12 @@ def _choose(job: BehaviourSearch, monitor: JobMonitor) -> BehaviourSearch:
     if job.candidate_ids is not None:
         return job
     embedder, refusal = _embedder(job)
-    chosen = service.choose_candidates(job, embedder)
+    try:
+        chosen = service.choose_candidates(job, embedder)
+    except RegexTimeout as exc:  # the query is at fault: Resume would only stop again
+        raise SearchError(
+            f"No candidates were chosen: {exc}. Start a search with another query."
+        ) from None
     _note(job, embedding_error=refusal or None, ranking_error=chosen.ranking_error or None)
     BehaviourSearch.objects.filter(pk=job.pk).update(
         candidate_ids=chosen.ids,

@@ -32,6 +32,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from studio.search.backends import FTS_TABLE, INDEXED_CHARS
+from studio.search.text import SQLITE_FUNCTION
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,8 @@ _SQLITE_FIRST = f"SELECT step_id FROM {UNINDEXED_TABLE} ORDER BY step_id LIMIT %
 # first: the transaction holds the write lock before it reads); the count is the second's
 SQLITE_INDEX_BATCH = (
     f"INSERT INTO {FTS_TABLE}(rowid, action, observation) SELECT s.id, "
-    f"substr(s.action, 1, {INDEXED_CHARS}), substr(s.observation, 1, {INDEXED_CHARS}) "
+    f"{SQLITE_FUNCTION}(substr(s.action, 1, {INDEXED_CHARS})), "
+    f"{SQLITE_FUNCTION}(substr(s.observation, 1, {INDEXED_CHARS})) "
     f"FROM ({_SQLITE_FIRST}) u JOIN studio_step s ON s.id = u.step_id",
     f"DELETE FROM {UNINDEXED_TABLE} WHERE step_id IN ({_SQLITE_FIRST})",
 )

@@ -14,7 +14,8 @@
     domain:web  source:simulated  model:qwen3-8b  perturbation:drop-line  verdict:reject
                      filters on the step's trajectory, provenance, model and annotations
     re:/pattern/     a regular expression (Python syntax; re:/pattern/i ignores case),
-                     applied to action and observation over a bounded candidate set
+                     applied to action and observation over a bounded candidate set, in
+                     a bounded time (`RegexTimeout`)
 
 Words are split like the index splits text: runs of letters and digits, lower-cased, so
 `foo.bar` or `foo_bar` is the phrase "foo bar". Errors name what is wrong and the column
@@ -24,6 +25,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+# the `regex` module rather than `re`: same syntax (VERSION0), and a search takes a timeout,
+# so that a pattern that backtracks for ever ("((a|aa)+)+c") stops instead of holding the
+# web process
+import regex
 
 from studio.models.annotations import Verdict
 from studio.models.trajectories import DOMAINS
@@ -45,6 +51,20 @@ _FIELD = re.compile(r"([A-Za-z_]+):")
 def tokens_of(text: str) -> list[str]:
     """The index's words of `text`: runs of letters and digits, lower-cased."""
     return [t.lower() for t in _TOKEN.findall(text)]
+
+
+class RegexTimeout(ValueError):
+    """A query's regular expression ran past its time budget (a search is stopped, not
+    answered with the hits found so far: those would read as all of them)."""
+
+    def __init__(self, pattern: str, seconds: float, tested: int, candidates: int):
+        super().__init__(
+            f"the regular expression /{pattern}/ took more than {seconds:g} s "
+            f"(stopped after {tested:,} of {candidates:,} steps). Nested repeats such as "
+            "((a|aa)+)+ can take time that grows exponentially with the text: make it more "
+            "specific, or add words to the query so that it is tried on fewer steps"
+        )
+        self.pattern = pattern
 
 
 class QueryError(ValueError):
@@ -81,8 +101,9 @@ class RegexTerm:
     ignore_case: bool = False
     negated: bool = False
 
-    def compiled(self) -> re.Pattern[str]:
-        return re.compile(self.pattern, re.IGNORECASE if self.ignore_case else 0)
+    def compiled(self) -> regex.Pattern[str]:
+        flags = regex.VERSION0 | (regex.IGNORECASE if self.ignore_case else 0)
+        return regex.compile(self.pattern, flags)
 
 
 @dataclass(frozen=True)
@@ -209,9 +230,14 @@ def _regex(source: str, i: int, negated: bool) -> tuple[RegexTerm, int]:
         raise QueryError("empty regular expression", i + 1)
     try:
         term.compiled()
-    except re.error as exc:
-        column = i + 2 + (exc.pos or 0)
-        raise QueryError(f"bad regular expression: {exc.msg}", column) from None
+    except regex.error as exc:
+        # the module sets pos and msg (its stubs do not say so)
+        column = i + 2 + (getattr(exc, "pos", None) or 0)
+        message = getattr(exc, "msg", None) or str(exc)
+        raise QueryError(f"bad regular expression: {message}", column) from None
+    except (OverflowError, ValueError, RecursionError, MemoryError) as exc:
+        # a repeat count or a nesting past what the engine takes ("a{99999999999}")
+        raise QueryError(f"bad regular expression: {exc}", i + 2) from None
     return term, j
 
 

@@ -6,16 +6,19 @@ Scanned (case-insensitive substring, the tables are small next to the steps): tr
 titles and tasks and world names (`trajectory_matches`). Regular expressions run in Python
 over a bounded candidate set (`STUDIO_SEARCH_REGEX_CANDIDATES`, default 20,000 steps): the
 steps the rest of the query matches when it has words, else the newest steps; the result
-says which (`regex_scope`)."""
+says which (`regex_scope`). They run in a bounded time too (`STUDIO_SEARCH_REGEX_MS` for a
+search, `MARK_MS` for marking a snippet): past it a search raises `RegexTimeout`."""
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
+import regex
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q
@@ -41,9 +44,11 @@ from studio.search.query import (
     STEP_FIELDS,
     Query,
     RegexTerm,
+    RegexTimeout,
     TextTerm,
     parse,
 )
+from studio.search.text import without_ansi
 from studio.services.model_identity import identities_of_jobs, identity_of_step
 
 SORTS = ("relevance", "newest", "oldest")
@@ -53,10 +58,17 @@ PHRASE_CANDIDATES = 10_000
 MAX_PER_PAGE = 100
 MAX_OFFSET = 10_000
 SNIPPET_BEFORE, SNIPPET_AFTER = 60, 180
+# marking one text of a hit for one pattern takes at most this long (a regular expression
+# that backtracks for ever on the text it matched leaves the snippet unmarked)
+MARK_MS = 100
 
 
 def regex_candidates() -> int:
     return int(settings.STUDIO_SEARCH_REGEX_CANDIDATES)
+
+
+def regex_seconds() -> float:
+    return int(settings.STUDIO_SEARCH_REGEX_MS) / 1000
 
 
 @dataclass(frozen=True)
@@ -334,8 +346,18 @@ def _regex_page(
     """A page of the candidates the regular expressions match, how many match among them,
     and what the candidates were, in words."""
     limit = regex_candidates()
-    patterns = [(r.compiled(), r.negated) for r in query.regexes]
+    patterns = [(r.compiled(), r.negated, r.pattern) for r in query.regexes]
+    budget = regex_seconds()
+    deadline = time.monotonic() + budget
     matched: list[int] = []
+    tested = 0
+
+    def holds(pattern: regex.Pattern[str], text: str) -> bool:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        return pattern.search(text, timeout=left) is not None
+
     with connection.cursor() as cursor:
         cursor.execute(*page_sql(branches, sort, limit, 0))
         candidates = [r[0] for r in cursor.fetchall()]
@@ -351,8 +373,16 @@ def _regex_page(
                     continue
                 action, observation = texts[step_id]
                 a, o = (action or "")[:INDEXED_CHARS], (observation or "")[:INDEXED_CHARS]
-                if all(bool(p.search(a) or p.search(o)) != neg for p, neg in patterns):
+                for pattern, negated, source in patterns:
+                    try:
+                        found = holds(pattern, a) or holds(pattern, o)
+                    except TimeoutError:
+                        raise RegexTimeout(source, budget, tested, len(candidates)) from None
+                    if found == negated:
+                        break
+                else:
                     matched.append(step_id)
+                tested += 1
     seen = len(candidates)
     capped = seen >= limit
     what = "matching the rest of the query" if (query.text or query.filters) else "in the project"
@@ -452,8 +482,27 @@ def _hits(step_ids: list[int], query: Query, viewer: Viewer) -> list[StepHit]:
 
 @dataclass(frozen=True)
 class _Marker:
-    pattern: re.Pattern[str]
+    pattern: regex.Pattern[str]
     field: str | None
+
+    def first(self, text: str) -> int | None:
+        """Where its first match in `text` starts (None: none, or not found in MARK_MS)."""
+        try:
+            found = self.pattern.search(text, timeout=MARK_MS / 1000)
+        except TimeoutError:
+            return None
+        return found.start() if found else None
+
+    def spans(self, text: str, start: int, end: int) -> list[tuple[int, int]]:
+        """Its matches in text[start:end] (those found in MARK_MS)."""
+        out: list[tuple[int, int]] = []
+        try:
+            for match in self.pattern.finditer(text, start, end, timeout=MARK_MS / 1000):
+                if match.end() > match.start():
+                    out.append((match.start(), min(match.end(), end)))
+        except TimeoutError:
+            pass
+        return out
 
 
 def _markers(query: Query) -> list[_Marker]:
@@ -476,17 +525,17 @@ def _annotation_markers(query: Query) -> list[_Marker]:
     ]
 
 
-def _term_pattern(term: TextTerm) -> re.Pattern[str]:
+def _term_pattern(term: TextTerm) -> regex.Pattern[str]:
     words = [re.escape(w) for w in term.words]
     if term.prefix:
         words[-1] += r"[^\W_]*"
     else:
         words[-1] += r"(?![^\W_])"
     # the words in order, anything that is not a letter or digit between them
-    return re.compile(r"(?<![^\W_])" + r"[\W_]+".join(words), re.IGNORECASE)
+    return regex.compile(r"(?<![^\W_])" + r"[\W_]+".join(words), regex.IGNORECASE | regex.V0)
 
 
-def _regex_pattern(term: RegexTerm) -> re.Pattern[str]:
+def _regex_pattern(term: RegexTerm) -> regex.Pattern[str]:
     return term.compiled()
 
 
@@ -530,20 +579,15 @@ def annotation_snippet(
 
 def _first_window(texts: dict[str, str], markers: list[_Marker]) -> Snippet | None:
     for name, whole in texts.items():
-        text = whole[:INDEXED_CHARS]
+        # what the index read: the escapes glued to a coloured word are out, as in the index
+        text = without_ansi(whole[:INDEXED_CHARS]) or ""
         relevant = [m for m in markers if m.field in (None, name)]
-        first = min(
-            (found.start() for m in relevant if (found := m.pattern.search(text))), default=None
-        )
+        first = min((at for m in relevant if (at := m.first(text)) is not None), default=None)
         if first is None:
             continue
         start = max(0, first - SNIPPET_BEFORE)
         end = min(len(text), first + SNIPPET_AFTER)
-        spans: list[tuple[int, int]] = []
-        for m in relevant:
-            for match in m.pattern.finditer(text, start, end):
-                if match.end() > match.start():
-                    spans.append((match.start(), min(match.end(), end)))
+        spans = [span for m in relevant for span in m.spans(text, start, end)]
         return Snippet(name, _pieces(text, start, end, spans), start > 0, end < len(text))
     return None
 

@@ -35,7 +35,7 @@ from studio.models import (
     Trajectory,
 )
 from studio.queues import queue_name
-from studio.search.query import QueryError, parse
+from studio.search.query import QueryError, RegexTimeout, parse
 from studio.services import job_limits
 from studio.services.blinding import SEES_ALL, Blindness
 from studio.services.embeddings import embedding_endpoint
@@ -158,7 +158,11 @@ def start_behaviour_search(project: Project, user, data: BehaviourData) -> Behav
     """The job row (the caller enqueues it). InvalidSearch for a request that cannot run,
     including a query that matches no step; TooManyJobs past the project's limit."""
     data = validate(project, data)
-    if not matching_steps(project.pk, data.query, 1):
+    try:
+        matches = matching_steps(project.pk, data.query, 1)
+    except RegexTimeout as exc:
+        raise InvalidSearch("query", str(exc)) from None
+    if not matches:
         where = f"the query {data.query!r} matches no step" if data.query else "it has no step"
         raise InvalidSearch("query", f"nothing to search: {where} in this project")
     embedder = embedding_endpoint(project)

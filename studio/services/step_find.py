@@ -8,15 +8,20 @@ once per column). Only the texts those pages show are searched, never annotation
 scores (which blind review hides), so a member finds nothing the page would not show them.
 
 The hits come in the pages' reading order (step, then column, then field, then place in the
-field), at most `limit` of them (and whether more follow). Where a page shows a hit (an
-excerpt, a preview, a diff) is the presentation's business: each hit carries where its
-match starts and ends in the field and the field's length. Reads only."""
+field), a window of at most `limit` of them at a time (`FindWindow`): from a place in that
+order (a step, and which of its hits) on, or the `limit` hits just before it, or the last
+ones; with how many hits come before the window and how many there are in all (counted up to
+`COUNT_LIMIT` past the window), so that a page says "hit 1,234 of 5,678" and reaches every
+hit, window by window. Where a page shows a hit (an excerpt, a preview, a diff) is the
+presentation's business: each hit carries where its match starts and ends in the field and
+the field's length. Reads only."""
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import groupby
 
 from django.db.models import Q, QuerySet
@@ -25,7 +30,8 @@ from studio.models import Branch, Step
 from studio.services.branches import owner_at
 from studio.services.compare import Comparison
 
-HIT_LIMIT = 1000
+HIT_LIMIT = 1000  # hits in a window
+COUNT_LIMIT = 10_000  # hits counted past a window ("of 11,000+" beyond)
 QUERY_CHARS = 200
 # The fields each page shows of a step, in the order it shows them.
 BRANCH_FIELDS = ("thinking", "action", "observation")
@@ -44,6 +50,69 @@ class StepHit:
     end: int
     length: int  # the field's length
     column: int = 0  # the compare view: which compared branch shows the step (0: the first)
+    nth: int = 0  # which hit of its step (its place among the step's hits, all fields)
+
+    @property
+    def place(self) -> tuple[int, int]:
+        return (self.index, self.nth)
+
+
+@dataclass(frozen=True)
+class FindWindow:
+    """A window of the hits in reading order, and where it lies among them all."""
+
+    hits: list[StepHit]
+    before: int  # hits before the window's first
+    total: int  # hits counted: all of them, or (more) those up to COUNT_LIMIT past the window
+    more: bool = False  # more hits than `total` (not counted)
+
+    @property
+    def after(self) -> bool:
+        """Hits follow the window."""
+        return self.more or self.before + len(self.hits) < self.total
+
+
+def window(
+    hits: Iterable[StepHit],
+    *,
+    at: tuple[int, int] | None = (0, 0),
+    back: bool = False,
+    limit: int = HIT_LIMIT,
+    count_limit: int | None = None,
+) -> FindWindow:
+    """The window of `hits` (in reading order) from place `at` (step index, nth hit of the
+    step) on; with `back`, the `limit` hits just before `at` (None: the last ones). The hits
+    are numbered in their step here (`nth`)."""
+    count_limit = COUNT_LIMIT if count_limit is None else count_limit
+    before = after = 0
+    shown: deque[StepHit] = deque()
+    for hit in _numbered(hits):
+        if back:
+            if at is None or hit.place < at:
+                if len(shown) == limit:
+                    shown.popleft()
+                    before += 1
+                shown.append(hit)
+                continue
+        elif hit.place < at:  # type: ignore[operator]  # at is None only with back
+            before += 1
+            continue
+        elif len(shown) < limit:
+            shown.append(hit)
+            continue
+        after += 1
+        if after > count_limit:
+            return FindWindow(list(shown), before, before + len(shown) + count_limit, True)
+    return FindWindow(list(shown), before, before + len(shown) + after)
+
+
+def _numbered(hits: Iterable[StepHit]) -> Iterator[StepHit]:
+    step, nth = None, 0
+    for hit in hits:
+        if hit.index != step:
+            step, nth = hit.index, 0
+        yield replace(hit, nth=nth)
+        nth += 1
 
 
 def _pattern(query: str) -> re.Pattern[str]:
@@ -77,40 +146,29 @@ def _field_hits(
             )
 
 
-def _bounded(hits: Iterable[StepHit], limit: int) -> tuple[list[StepHit], bool]:
-    out: list[StepHit] = []
-    for hit in hits:
-        if len(out) == limit:
-            return out, True
-        out.append(hit)
-    return out, False
-
-
-def find_in_steps(
-    steps: Iterable[Step],
-    query: str,
-    *,
-    fields: Sequence[str] = BRANCH_FIELDS,
-    limit: int = HIT_LIMIT,
-) -> tuple[list[StepHit], bool]:
-    """The hits of `query` in `steps` (in the order given), at most `limit`; and whether
-    more follow."""
+def _branch_hits(branch: Branch, query: str) -> Iterator[StepHit]:
     pattern = _pattern(query)
-    return _bounded((hit for step in steps for hit in _field_hits(step, pattern, fields)), limit)
-
-
-def find_in_branch(
-    branch: Branch, query: str, *, limit: int = HIT_LIMIT
-) -> tuple[list[StepHit], bool]:
-    """The hits of `query` in every step the trajectory page shows of `branch` (its
-    inherited steps too), ordered by step."""
     steps = (
         branch.all_steps()
         .filter(_matching(query, BRANCH_FIELDS))
         .only("pk", "index", *BRANCH_FIELDS)
         .iterator(chunk_size=CHUNK)
     )
-    return find_in_steps(steps, query, fields=BRANCH_FIELDS, limit=limit)
+    for step in steps:
+        yield from _field_hits(step, pattern, BRANCH_FIELDS)
+
+
+def find_in_branch(
+    branch: Branch,
+    query: str,
+    *,
+    at: tuple[int, int] | None = (0, 0),
+    back: bool = False,
+    limit: int = HIT_LIMIT,
+) -> FindWindow:
+    """A window (`window`) of the hits of `query` in every step the trajectory page shows
+    of `branch` (its inherited steps too), ordered by step."""
+    return window(_branch_hits(branch, query), at=at, back=back, limit=limit)
 
 
 def _shown_steps(comparison: Comparison) -> Q:
@@ -133,12 +191,18 @@ def _comparison_steps(comparison: Comparison, query: str, *, start: int) -> Quer
 
 
 def find_in_comparison(
-    comparison: Comparison, query: str, *, start: int, limit: int = HIT_LIMIT
-) -> tuple[list[StepHit], bool]:
-    """The hits of `query` in every cell the compare view shows from step `start` on: each
-    compared branch's action and observation at each step, row by row and column by column
-    (a step several branches show, inherited from a common ancestor or in a run of identical
-    steps, is a hit in each of their columns)."""
+    comparison: Comparison,
+    query: str,
+    *,
+    start: int,
+    at: tuple[int, int] | None = (0, 0),
+    back: bool = False,
+    limit: int = HIT_LIMIT,
+) -> FindWindow:
+    """A window (`window`) of the hits of `query` in every cell the compare view shows from
+    step `start` on: each compared branch's action and observation at each step, row by row
+    and column by column (a step several branches show, inherited from a common ancestor or
+    in a run of identical steps, is a hit in each of their columns)."""
     pattern = _pattern(query)
     steps = (
         _comparison_steps(comparison, query, start=start)
@@ -161,7 +225,7 @@ def find_in_comparison(
             for column, step in cells:
                 yield from _field_hits(step, pattern, COMPARE_FIELDS, column)
 
-    return _bounded(hits(), limit)
+    return window(hits(), at=at, back=back, limit=limit)
 
 
 def earlier_in_comparison(comparison: Comparison, query: str, *, start: int) -> int:

@@ -16,8 +16,8 @@ from django.urls import path, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from studio.access import get_project_for_user
-from studio.forms.behaviour import BehaviourForm, MakeForm
+from studio.access import get_project_for_user, require_edit
+from studio.forms.behaviour import BehaviourForm, MakeForm, sentence
 from studio.forms.refusals import show_refusal
 from studio.http import HtmxHttpRequest, whole_number
 from studio.models import BehaviourCluster, BehaviourSearch, Membership
@@ -30,6 +30,10 @@ from studio.services.job_limits import TooManyJobs
 from studio.tasks import enqueue_behaviour_search
 
 LISTED = 200  # the newest searches the list shows
+READ_ONLY = (
+    "Annotators read behaviour searches and their results; a researcher or an admin starts, "
+    "cancels or resumes them and makes tags, queues or datasets of them."
+)
 
 
 def _get_search_for_user(
@@ -41,7 +45,9 @@ def _get_search_for_user(
         BehaviourSearch.objects.select_related("project", "judge_endpoint", "embedding_endpoint"),
         pk=pk,
     )
-    _, membership = get_project_for_user(request, job.project_id, edit=edit)
+    _, membership = get_project_for_user(request, job.project_id)
+    if edit:
+        require_edit(membership, READ_ONLY)
     return job, membership
 
 
@@ -70,7 +76,8 @@ def behaviour_list(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def behaviour_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
-    project, membership = get_project_for_user(request, project_id, edit=True)
+    project, membership = get_project_for_user(request, project_id)
+    require_edit(membership, READ_ONLY)
     initial = {k: request.GET[k] for k in ("description", "query", "unit") if k in request.GET}
     form = BehaviourForm(request.POST or None, project=project, initial=initial)
     status = 200
@@ -83,7 +90,7 @@ def behaviour_new(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
                 status = show_refusal(form, exc)
             except service.InvalidSearch as exc:
                 field = exc.field if exc.field in form.fields else None
-                form.add_error(field, exc.message[:1].upper() + exc.message[1:] + ".")
+                form.add_error(field, sentence(exc.message))
             else:
                 enqueue_behaviour_search(job)
                 return redirect("behaviour_job", job_id=job.pk)

@@ -23,7 +23,7 @@ from studio.http import HtmxHttpRequest
 from studio.models import ObservationSource, Project, Step, Trajectory
 from studio.search.backends import SEES_ALL, Viewer
 from studio.search.indexer import waiting_for
-from studio.search.query import QueryError, parse
+from studio.search.query import QueryError, RegexTimeout, parse
 from studio.search.service import trajectory_ids_by_regex, trajectory_ids_sql, viewer_for
 from studio.services.episode_library import (
     EndRefused,
@@ -100,11 +100,18 @@ def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
             parse(form.cleaned_data["q"])
         except QueryError as exc:
             form.add_error("q", str(exc))
-    if form.is_bound and not form.is_valid():
+    data: dict = {"sort": "newest", "page": 1}
+    found = None
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+    if not form.is_bound or form.is_valid():
+        try:
+            found = search_trajectories(project, data, viewer_for(membership))
+        except RegexTimeout as exc:  # the query is at fault, as with a syntax error
+            form.add_error("q", f"Not searched: {exc}.")
+    if found is None:
         status = 400
     else:
-        data: dict = form.cleaned_data if form.is_bound else {"sort": "newest", "page": 1}
-        found = search_trajectories(project, data, viewer_for(membership))
         if not data.get("empty"):
             # a reset alone is no record yet (the sweeper deletes it later): hidden, counted
             hidden = found.filter(without_steps()).count()

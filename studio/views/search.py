@@ -33,7 +33,7 @@ from studio.models import Membership, Project, SavedSearch
 from studio.presenters.search import present_results, sort_label
 from studio.search.indexer import waiting_for
 from studio.search.meaning import search_by_meaning
-from studio.search.query import parse
+from studio.search.query import RegexTimeout, parse
 from studio.search.service import (
     matching_step_ids,
     regex_candidates,
@@ -88,20 +88,32 @@ def search_page(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         sort = data.get("sort") or "relevance"
         page = data.get("page") or 1
         viewer = viewer_for(membership)
-        if sort == "meaning":
-            try:
-                embedder = embedder_for(project)
-                assert embedder is not None  # the form offers "meaning" only then
-                results = search_by_meaning(
-                    [project.pk], data["q"], embedder, page=page, per_page=PER_PAGE, viewer=viewer
+        try:
+            if sort == "meaning":
+                try:
+                    embedder = embedder_for(project)
+                    assert embedder is not None  # the form offers "meaning" only then
+                    results = search_by_meaning(
+                        [project.pk],
+                        data["q"],
+                        embedder,
+                        page=page,
+                        per_page=PER_PAGE,
+                        viewer=viewer,
+                    )
+                except RegexTimeout:
+                    raise
+                except (EmbeddingError, EndpointError, ValueError) as exc:
+                    meaning_problem = f"Not ranked by meaning: {exc}. Best match first instead."
+                    sort = "relevance"
+            if results is None:
+                results = search_steps(
+                    [project.pk], data["q"], page=page, per_page=PER_PAGE, sort=sort, viewer=viewer
                 )
-            except (EmbeddingError, EndpointError, ValueError) as exc:
-                meaning_problem = f"Not ranked by meaning: {exc}. Best match first instead."
-                sort = "relevance"
-        if results is None:
-            results = search_steps(
-                [project.pk], data["q"], page=page, per_page=PER_PAGE, sort=sort, viewer=viewer
-            )
+        except RegexTimeout as exc:
+            # the query is at fault, as with a syntax error: the form says so
+            form.add_error("q", f"Not searched: {exc}.")
+            results, status = None, 400
     q = form.cleaned_data.get("q", "") if form.is_bound and form.is_valid() else ""
     sort = form.cleaned_data.get("sort", "") if form.is_bound and form.is_valid() else ""
     context = {
@@ -205,7 +217,7 @@ def _hits_action(request: HtmxHttpRequest, project_id: int, form_class, act) -> 
     try:
         ids, what = _hits_of(form, project, membership)
         return act(project, membership, form.cleaned_data, ids, what)
-    except selection.SelectionError as exc:
+    except (selection.SelectionError, RegexTimeout) as exc:
         messages.error(request, f"Nothing made: {exc}.")
         return redirect(_search_url(project, q))
 

@@ -5,13 +5,19 @@ Two pages ask: the trajectory page (the shown branch: each step's thinking, acti
 observation) and the compare view (every compared branch from the first step the page
 shows: each cell's action and observation). The answer is the ordered list of hits (step
 index, field, which occurrence in the field, offset; in compare also the branch of the
-column), at most HIT_LIMIT of them (`capped` says there are more). Each hit says where the
-page shows it (`part`) and carries the field's Show all address. Only what the pages show is
+column), a window of at most HIT_LIMIT of them: from `at` (a step index, and `nth`: which of
+its hits) on, or with `back=1` the hits just before it (without `at`: the last ones); `at`
+is asked as `step=` (the compare view's own `at=` is a cell). The
+answer says how many hits come before the window (`before`), how many there are (`total`,
+counted up to COUNT_LIMIT past the window; `more`: there are more than that) and whether hits
+follow the window (`capped`). Each hit says where the page shows it (`part`) and carries the
+field's Show all address and its place (`nth`), which the next window starts after. Only what the pages show is
 searched, never annotations or judge scores (which blind review hides). GET only; nothing is
 written."""
 
 from __future__ import annotations
 
+from django.core.exceptions import BadRequest
 from django.http import Http404, JsonResponse
 from django.urls import path, reverse
 
@@ -24,6 +30,7 @@ from studio.services.compare import start_comparison
 from studio.services.step_find import (
     HIT_LIMIT,
     QUERY_CHARS,
+    FindWindow,
     StepHit,
     earlier_in_comparison,
     find_in_branch,
@@ -68,9 +75,35 @@ def _query(request: HtmxHttpRequest) -> str:
     return query
 
 
+def _place(request: HtmxHttpRequest) -> tuple[tuple[int, int] | None, bool]:
+    """The window asked for: (`at`, `back`); a bad number is a 400 naming it."""
+    numbers: dict[str, int] = {}
+    for name in ("step", "nth"):
+        raw = request.GET.get(name, "").strip()
+        if raw:
+            if not raw.isdigit() or len(raw) > 9:
+                raise BadRequest(f"{name} must be a whole number from 0 (got {raw[:20]!r})")
+            numbers[name] = int(raw)
+    back = request.GET.get("back") == "1"
+    if "step" not in numbers:
+        return (None if back else (0, 0)), back
+    return (numbers["step"], numbers.get("nth", 0)), back
+
+
+def _window_json(found: FindWindow) -> dict:
+    return {
+        "before": found.before,
+        "total": found.total,
+        "more": found.more,
+        "capped": found.after,
+        "limit": HIT_LIMIT,
+    }
+
+
 def _hit_json(hit: StepHit, part: str, urls: dict[tuple[int, str], str]) -> dict:
     return {
         "step": hit.index,
+        "nth": hit.nth,
         "field": hit.field,
         "occurrence": hit.occurrence,
         "offset": hit.start,
@@ -86,18 +119,17 @@ def trajectory_find(request: HtmxHttpRequest, trajectory_id: int) -> JsonRespons
     branches = list(trajectory.branches.order_by("id"))
     branch = _select_branch(trajectory, branches, _int_param(request, "branch"))
     query = _query(request)
-    hits: list[StepHit] = []
-    capped = False
+    at, back = _place(request)
+    found = FindWindow([], 0, 0)
     if query:
-        hits, capped = find_in_branch(branch, query, limit=HIT_LIMIT)
+        found = find_in_branch(branch, query, at=at, back=back, limit=HIT_LIMIT)
     urls: dict[tuple[int, str], str] = {}
     return JsonResponse(
         {
             "query": query,
             "branch": branch.pk,
-            "hits": [_hit_json(h, where_shown(h.field, h.length, h.end), urls) for h in hits],
-            "capped": capped,
-            "limit": HIT_LIMIT,
+            "hits": [_hit_json(h, where_shown(h.field, h.length, h.end), urls) for h in found.hits],
+            **_window_json(found),
         }
     )
 
@@ -115,11 +147,13 @@ def compare_find(request: HtmxHttpRequest, trajectory_id: int) -> JsonResponse:
     comparison = start_comparison(trajectory, selected, diff="meaning")
     start = max(comparison.shared_until, form.cleaned_data["start"])
     query = _query(request)
-    hits: list[StepHit] = []
-    capped = False
+    at, back = _place(request)
+    found = FindWindow([], 0, 0)
     earlier = 0
     if query:
-        hits, capped = find_in_comparison(comparison, query, start=start, limit=HIT_LIMIT)
+        found = find_in_comparison(
+            comparison, query, start=start, at=at, back=back, limit=HIT_LIMIT
+        )
         earlier = earlier_in_comparison(comparison, query, start=start)
     urls: dict[tuple[int, str], str] = {}
     return JsonResponse(
@@ -132,10 +166,9 @@ def compare_find(request: HtmxHttpRequest, trajectory_id: int) -> JsonResponse:
                     **_hit_json(h, where_shown_in_compare(h.end), urls),
                     "branch": selected[h.column].pk,
                 }
-                for h in hits
+                for h in found.hits
             ],
-            "capped": capped,
-            "limit": HIT_LIMIT,
+            **_window_json(found),
             "earlier": earlier,
         }
     )
