@@ -108,7 +108,7 @@ def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         try:
             found = search_trajectories(project, data, viewer_for(membership))
         except RegexTimeout as exc:  # the query is at fault, as with a syntax error
-            form.add_error("q", f"Not searched: {exc}.")
+            form.add_error("q", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if found is None:
         status = 400
     else:

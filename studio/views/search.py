@@ -112,7 +112,7 @@ def search_page(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
                 )
         except RegexTimeout as exc:
             # the query is at fault, as with a syntax error: the form says so
-            form.add_error("q", f"Not searched: {exc}.")
+            form.add_error("q", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
             results, status = None, 400
     q = form.cleaned_data.get("q", "") if form.is_bound and form.is_valid() else ""
     sort = form.cleaned_data.get("sort", "") if form.is_bound and form.is_valid() else ""
