@@ -356,7 +356,9 @@ def _regex_page(
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
-        return pattern.search(text, timeout=left) is not None
+        # concurrent: the GIL is let go while it matches, so the process's other threads
+        # (other requests) go on meanwhile
+        return pattern.search(text, concurrent=True, timeout=left) is not None
 
     with connection.cursor() as cursor:
         cursor.execute(*page_sql(branches, sort, limit, 0))
@@ -488,7 +490,7 @@ class _Marker:
     def first(self, text: str) -> int | None:
         """Where its first match in `text` starts (None: none, or not found in MARK_MS)."""
         try:
-            found = self.pattern.search(text, timeout=MARK_MS / 1000)
+            found = self.pattern.search(text, concurrent=True, timeout=MARK_MS / 1000)
         except TimeoutError:
             return None
         return found.start() if found else None
@@ -497,7 +499,10 @@ class _Marker:
         """Its matches in text[start:end] (those found in MARK_MS)."""
         out: list[tuple[int, int]] = []
         try:
-            for match in self.pattern.finditer(text, start, end, timeout=MARK_MS / 1000):
+            matches = self.pattern.finditer(
+                text, start, end, concurrent=True, timeout=MARK_MS / 1000
+            )
+            for match in matches:
                 if match.end() > match.start():
                     out.append((match.start(), min(match.end(), end)))
         except TimeoutError:
