@@ -121,6 +121,22 @@ def test_hits_are_bounded_and_say_so(researcher_client, project):
     assert back["before"] == 200 and back["hits"][0] == data["hits"][200]
 
 
+def test_compare_finds_text_as_its_cells_show_it(researcher_client, project):
+    coloured = "\x1b[31mfailed\x1b[0m result"
+    steps = [
+        ("make", coloured),
+        ("make test", "\x1b[32mok\x1b[0m"),
+        ("make", coloured),
+        ("ls", "x"),
+    ]
+    t, root = make_trajectory(project, steps=steps, key="ansi")
+    child = make_child(root, 3, ["failed result again"])
+    data = find(researcher_client, t, "failed result", [root, child], start=3).json()
+    # steps 0 and 2 (before the page's start) are counted, not step 1 (coloured, without it)
+    assert data["earlier"] == 2
+    assert [(h["step"], h["branch"]) for h in data["hits"]] == [(3, child.pk)]
+
+
 def client_window(client, traj, q, branches, **place):
     return client.get(
         reverse("branch_compare_find", args=[traj.pk]),

@@ -90,3 +90,19 @@ def test_form_errors_and_permissions(client, researcher_client, project, setting
     assert plain.status_code == 302 and plain["Location"] == f"/imports/{new_job.pk}/"
     page = client.get(plain["Location"]).content.decode()
     assert 'hx-trigger="every 500ms"' in page and "Waiting for a worker" in page
+
+
+def test_a_finished_import_counts_with_thousands_separators(researcher_client, project):
+    job = ImportJob.objects.create(
+        project=project,
+        original_name="kiwi.json",
+        stored_path="/nonexistent",
+        status=JobStatus.SUCCEEDED,
+        progress=1.0,
+        trajectories_created=1,
+        steps_created=1500,
+    )
+    page = researcher_client.get(reverse("import_job", kwargs={"job_id": job.pk})).content
+    assert "with <strong>1,500</strong> steps" in page.decode()
+    listed = researcher_client.get(reverse("import_upload", args=[project.pk])).content
+    assert "1 trajectory, 1,500 steps" in listed.decode()

@@ -343,3 +343,26 @@ def test_0027_indexes_again_the_coloured_steps_indexed_before_it(project):
         for sql in m27.PG_FORWARD:
             cursor.execute(sql)
     assert found(project, "dpkg") == {step.pk} and found(project, "34mdpkg") == set()
+
+
+ESCAPED = [
+    COLOURED,
+    "a\x1b[38;2;255:0:0mred\x1b[0m b",  # a 24-bit colour (colons)
+    "\x1b]8;;https://e.org\x1b\\link\x1b]8;;\x1b\\ text",  # a hyperlink, ended by ESC \
+    "keypad\x1b=mode\x1b>off \x1b(B lone\x1b",  # two-byte escapes, a lone ESC
+    "\x1b[?25lhidden cursor\x1b[?25h \x1b[2K\x1b[1Gline",
+]
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_postgresql_takes_out_the_escapes_python_does(db):
+    """The index's PostgreSQL pattern (migration 0027) and the one definition the page's
+    renderer and SQLite's function use (`studio.search.text.ANSI`) take out the same."""
+    from studio.search.text import ANSI, PG_ANSI
+
+    m27 = importlib.import_module("studio.migrations.0027_search_without_ansi")
+    assert m27.PG_ANSI == PG_ANSI
+    with connection.cursor() as cursor:
+        for text in ESCAPED:
+            cursor.execute("SELECT regexp_replace(%s, %s, '', 'g')", [text, PG_ANSI])
+            assert cursor.fetchone()[0] == ANSI.sub("", text), repr(text)

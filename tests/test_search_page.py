@@ -97,7 +97,7 @@ def test_a_regex_past_its_time_is_a_400_saying_why(client, library, settings):
     ):
         body = response.content.decode()
         assert response.status_code == 400
-        assert "The regular expression /((a|aa)+)+c/ took more than 0.2 s" in body
+        assert "The regular expression /((a|aa)+)+c/ was stopped after " in body
     response = client.post(
         reverse("search_hits_tag", args=[library.pk]), {"q": slow, "tag": "t"}, follow=True
     )

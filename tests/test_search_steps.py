@@ -4,6 +4,8 @@ field filters, regular expressions, the index kept current, project isolation, s
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from studio.models import Branch, BranchOrigin, SimulationJob, Step, StepAnnotation
@@ -163,7 +165,7 @@ def test_regex_over_bounded_candidates(library, settings):
     assert [(h.trajectory_title, h.index) for h in results.hits] == [("Web", 1)]
 
 
-# backtracks for ever on a long run of "a" (not on a short one): "took more than" only
+# backtracks for ever on a long run of "a" (not on a short one)
 SLOW = "re:/((a|aa)+)+c/"
 
 
@@ -174,8 +176,11 @@ def test_a_regex_that_backtracks_for_ever_is_stopped_and_says_so(project, settin
     with pytest.raises(RegexTimeout) as stopped:
         search_steps([project.pk], SLOW, sort="oldest")
     message = str(stopped.value)
-    assert "/((a|aa)+)+c/ took more than 0.3 s" in message
-    assert "stopped after 1 of 2 steps" in message  # the short one, tested first
+    # the short one, tested first; how long it ran is the process's time (`RegexTimeout`)
+    assert re.search(
+        r"/\(\(a\|aa\)\+\)\+c/ was stopped after \d+\.\d s, having been tried on 1 of 2 steps",
+        message,
+    ), message
     for ask in (matching_step_ids, trajectory_ids_by_regex):
         with pytest.raises(RegexTimeout):
             ask([project.pk], parse(SLOW), *((10,) if ask is matching_step_ids else ()))

@@ -193,3 +193,16 @@ def test_the_page_carries_the_find_bar(researcher_client, project):
     html = researcher_client.get(reverse("trajectory", args=[traj.pk])).content.decode()
     assert f'data-find-url="{reverse("trajectory_find", args=[traj.pk])}"' in html
     assert 'id="find-bar"' in html and "js/find.js" in html
+
+
+def test_text_is_found_as_the_page_shows_it_without_terminal_escapes(researcher_client, project):
+    coloured = "\x1b[34mdpkg\x1b[0m: \x1b[1;31mfailed\x1b[0m result"
+    traj = make_trajectory(project, steps=[("apt-get install", coloured), ("ls", "failed result")])
+    hits = find(researcher_client, traj, "FAILED RESULT").json()["hits"]
+    # the first as the page shows it ("dpkg: failed result"), the escapes out of its offset
+    assert [(h["step"], h["field"], h["offset"]) for h in hits] == [
+        (0, "observation", 6),
+        (1, "observation", 0),
+    ]
+    assert find(researcher_client, traj, "[34m").json()["hits"] == []  # never shown
+    assert find(researcher_client, traj, "dpkg: failed").json()["total"] == 1

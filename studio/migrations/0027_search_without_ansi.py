@@ -1,4 +1,4 @@
-"""Step search: terminal escape sequences (colours, titles) are taken out of a step's text
+"""Step search: terminal escape sequences (colours, titles, any escape) are taken out of a step's text
 before the index splits it into words (`studio.search.text`), so "\\x1b[34mdpkg" is indexed
 as "dpkg", not "34mdpkg".
 
@@ -19,8 +19,9 @@ FTS_TABLE = "studio_step_fts"
 UNINDEXED = "studio_step_unindexed"
 DEFERRAL = "studio_search_deferral"
 FUNCTION = "studio_without_ansi"  # studio.search.text.SQLITE_FUNCTION
-# studio.search.text.PG_ANSI, frozen here
-PG_ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?"
+# studio.search.text.PG_ANSI, frozen here (inference.simulation.meaning.TERMINAL_ESCAPE in
+# PostgreSQL's words: CSI, OSC, two-byte escapes, a lone ESC)
+PG_ANSI = r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x1b"
 
 
 def _pg_text(column: str, plain: bool) -> str:

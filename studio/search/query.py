@@ -55,16 +55,19 @@ def tokens_of(text: str) -> list[str]:
 
 class RegexTimeout(ValueError):
     """A query's regular expression ran past its time budget (a search is stopped, not
-    answered with the hits found so far: those would read as all of them)."""
+    answered with the hits found so far: those would read as all of them). The budget is of
+    the process's time: the `regex` module's timeout counts the CPU time of all its threads,
+    so searches matching at the same moment stop sooner; `seconds` is how long this one ran."""
 
     def __init__(self, pattern: str, seconds: float, tested: int, candidates: int):
         super().__init__(
-            f"the regular expression /{pattern}/ took more than {seconds:g} s "
-            f"(stopped after {tested:,} of {candidates:,} steps). Nested repeats such as "
+            f"the regular expression /{pattern}/ was stopped after {seconds:.1f} s, having "
+            f"been tried on {tested:,} of {candidates:,} steps. Nested repeats such as "
             "((a|aa)+)+ can take time that grows exponentially with the text: make it more "
             "specific, or add words to the query so that it is tried on fewer steps"
         )
         self.pattern = pattern
+        self.seconds = seconds
 
 
 class QueryError(ValueError):

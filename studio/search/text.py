@@ -8,14 +8,16 @@ PostgreSQL's function (migration 0027) uses `PG_ANSI`, SQLite's triggers call
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-# CSI (colours, cursor moves: ESC [ params intermediates final) and OSC (a window title:
-# ESC ] text, ended by BEL or ESC \)
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
-# the same in PostgreSQL's regular expressions (AREs take \x escapes, in brackets too)
-PG_ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?"
+from inference.simulation.meaning import TERMINAL_ESCAPE
+
+# the one definition of a terminal's escape sequences (CSI: colours, cursor moves; OSC:
+# titles, links; two-byte escapes; a lone ESC), as the page's renderer and the diffs use it
+ANSI = TERMINAL_ESCAPE
+# the same in PostgreSQL's regular expressions (AREs take \x escapes, in brackets too);
+# tests/test_search_deferred.py checks the two agree
+PG_ANSI = r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x1b"
 SQLITE_FUNCTION = "studio_without_ansi"
 
 

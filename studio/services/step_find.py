@@ -1,6 +1,9 @@
 """Find in steps (the find bar): every occurrence of a text, case-insensitively, in the steps
 a page shows, found on the server since a page holds only a few windows of them.
 
+Text is searched as the pages show it: without a terminal's escape sequences (colours, titles),
+so "failed result" is found where the page shows it, colours between the words.
+
 Two pages have the bar: the trajectory page (one branch, its inherited steps too: each
 step's thinking, action and observation) and the compare view (every compared branch from
 the first step it shows: each cell's action and observation, a step shown in several columns
@@ -27,6 +30,7 @@ from itertools import groupby
 from django.db.models import Q, QuerySet
 
 from studio.models import Branch, Step
+from studio.search.text import without_ansi
 from studio.services.branches import owner_at
 from studio.services.compare import Comparison
 
@@ -120,19 +124,26 @@ def _pattern(query: str) -> re.Pattern[str]:
 
 
 def _matching(query: str, fields: Sequence[str]) -> Q:
-    """Steps with the query in one of `fields` (the database's case-insensitive match; the
-    matches themselves are found again here, in order)."""
+    """Steps that may hold the query in one of `fields`: the database's case-insensitive
+    match, and the steps with a terminal escape (the pages show their text without the
+    escapes, which may sit inside what the page shows as the query). The matches themselves
+    are found here, in order, in the text as shown."""
     q = Q()
     for field in fields:
-        q |= Q(**{f"{field}__icontains": query})
+        q |= Q(**{f"{field}__icontains": query}) | Q(**{f"{field}__contains": "\x1b"})
     return q
+
+
+def _shown(step: Step, field: str) -> str:
+    """A field's text as the pages show it: without a terminal's escape sequences."""
+    return without_ansi(getattr(step, field) or "") or ""
 
 
 def _field_hits(
     step: Step, pattern: re.Pattern[str], fields: Sequence[str], column: int = 0
 ) -> Iterator[StepHit]:
     for field in fields:
-        text = getattr(step, field) or ""
+        text = _shown(step, field)
         for occurrence, match in enumerate(pattern.finditer(text)):
             yield StepHit(
                 step_id=step.pk,
@@ -234,11 +245,18 @@ def earlier_in_comparison(comparison: Comparison, query: str, *, start: int) -> 
     in a compared branch's action or observation."""
     if start <= 0:
         return 0
-    return (
+    pattern = _pattern(query)
+    steps = (
         Step.objects.filter(
             _shown_steps(comparison), _matching(query, COMPARE_FIELDS), index__lt=start
         )
-        .values("index")
-        .distinct()
-        .count()
+        .only("pk", "index", *COMPARE_FIELDS)
+        .iterator(chunk_size=CHUNK)
+    )
+    return len(
+        {
+            step.index
+            for step in steps
+            if any(pattern.search(_shown(step, field)) for field in COMPARE_FIELDS)
+        }
     )
