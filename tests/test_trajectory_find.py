@@ -126,7 +126,7 @@ def test_every_hit_is_reached_window_by_window_both_ways(researcher_client, proj
     monkeypatch.setattr("studio.services.step_find.COUNT_LIMIT", 5)
     counted = find(researcher_client, traj, "x").json()
     assert (counted["total"], counted["more"], counted["capped"]) == (12, True, True)
-    for bad in ({"step": "-1"}, {"step": "x"}, {"nth": "1e9"}):
+    for bad in ({"step": "-1"}, {"step": "x"}, {"nth": "1e9"}, {"step": "²"}):
         assert find(researcher_client, traj, "x", **bad).status_code == 400
 
 

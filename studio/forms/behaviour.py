@@ -105,12 +105,12 @@ class BehaviourForm(forms.Form):
 def sentence(text: str) -> str:
     """A message as a sentence: a capital first (not where it starts with a query's own
     words, "domain:mars is not one of ..."), a full stop last."""
-    if not _QUOTED_FIELD.match(text):
+    if not _QUERY_FIELD.match(text):
         text = text[:1].upper() + text[1:]
     return text if text.endswith(".") else text + "."
 
 
-_QUOTED_FIELD = re.compile(r"[a-z_]+:\S")
+_QUERY_FIELD = re.compile(r"[a-z_]+:\S")
 
 
 class MakeForm(forms.Form):

@@ -625,15 +625,13 @@ def _annotation_texts(step_ids: list[int], viewer: Viewer) -> dict[int, list[tup
     return out
 
 
-# terminal colour codes and other control characters (a tab and a line break stay): a
-# snippet is plain text, and a recorded terminal's escapes would show as boxes
-_CONTROL = re.compile(
-    r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f]"
-)
+# control characters (a tab and a line break stay): a snippet is plain text, and a recorded
+# terminal's escapes (`without_ansi`, the one definition) or controls would show as boxes
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def _plain(text: str) -> str:
-    return _CONTROL.sub("", text)
+    return _CONTROL.sub("", without_ansi(text) or "")
 
 
 def _pieces(

@@ -15,6 +15,7 @@ from django.db.models.functions import Lower
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
+from django.utils.text import capfirst
 from django.views.decorators.http import require_http_methods
 
 from studio.access import get_project_for_user, get_trajectory_for_user
@@ -108,7 +109,7 @@ def library(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
         try:
             found = search_trajectories(project, data, viewer_for(membership))
         except RegexTimeout as exc:  # the query is at fault, as with a syntax error
-            form.add_error("q", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+            form.add_error("q", f"{capfirst(str(exc))}.")
     if found is None:
         status = 400
     else:

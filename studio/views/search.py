@@ -15,6 +15,7 @@ from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
+from django.utils.text import capfirst
 from django.views.decorators.http import require_GET, require_POST
 
 from inference.embeddings import EmbeddingError
@@ -112,7 +113,7 @@ def search_page(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
                 )
         except RegexTimeout as exc:
             # the query is at fault, as with a syntax error: the form says so
-            form.add_error("q", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+            form.add_error("q", f"{capfirst(str(exc))}.")
             results, status = None, 400
     q = form.cleaned_data.get("q", "") if form.is_bound and form.is_valid() else ""
     sort = form.cleaned_data.get("sort", "") if form.is_bound and form.is_valid() else ""

@@ -7,13 +7,13 @@ shows: each cell's action and observation). The answer is the ordered list of hi
 index, field, which occurrence in the field, offset; in compare also the branch of the
 column), a window of at most HIT_LIMIT of them: from `at` (a step index, and `nth`: which of
 its hits) on, or with `back=1` the hits just before it (without `at`: the last ones); `at`
-is asked as `step=` (the compare view's own `at=` is a cell). The
-answer says how many hits come before the window (`before`), how many there are (`total`,
-counted up to COUNT_LIMIT past the window; `more`: there are more than that) and whether hits
-follow the window (`capped`). Each hit says where the page shows it (`part`) and carries the
-field's Show all address and its place (`nth`), which the next window starts after. Only what the pages show is
-searched, never annotations or judge scores (which blind review hides). GET only; nothing is
-written."""
+is asked as `step=` (the compare view's own `at=` is a cell). The answer says how many hits
+come before the window (`before`), how many there are (`total`, counted up to COUNT_LIMIT
+past the window; `more`: there are more than that) and whether hits follow the window
+(`capped`). Each hit says where the page shows it (`part`) and carries the field's Show all
+address and its place (`nth`), which the next window starts after. Only what the pages show
+is searched, never annotations or judge scores (which blind review hides). GET only; nothing
+is written."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from django.urls import path, reverse
 
 from studio.access import get_trajectory_for_user
 from studio.forms.branching import CompareRowsForm
-from studio.http import HtmxHttpRequest
+from studio.http import HtmxHttpRequest, whole_number
 from studio.rendering import PREVIEW_SHOWN
 from studio.rendering.bounded import field_chars
 from studio.services.compare import start_comparison
@@ -81,9 +81,10 @@ def _place(request: HtmxHttpRequest) -> tuple[tuple[int, int] | None, bool]:
     for name in ("step", "nth"):
         raw = request.GET.get(name, "").strip()
         if raw:
-            if not raw.isdigit() or len(raw) > 9:
+            value = whole_number(raw)
+            if value is None:
                 raise BadRequest(f"{name} must be a whole number from 0 (got {raw[:20]!r})")
-            numbers[name] = int(raw)
+            numbers[name] = value
     back = request.GET.get("back") == "1"
     if "step" not in numbers:
         return (None if back else (0, 0)), back
