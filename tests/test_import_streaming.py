@@ -89,6 +89,26 @@ def test_jsonl_is_written_in_batches_while_it_is_read(bare, tmp_path, small_batc
     assert max(b - a for a, b in zip(counts, counts[1:], strict=False)) <= 10 + 3
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "json"])
+def test_one_long_trajectory_moves_the_progress_as_its_steps_are_written(
+    bare, tmp_path, small_batches, kind
+):
+    # One record holds the whole file: it is read (and the reading reported) only after it is
+    # handed over, so the progress moves with its steps written, batch by batch, never back.
+    path = tmp_path / f"long.{kind}"
+    record = chat_record(0, steps=95)
+    path.write_text(json.dumps(record) + "\n" if kind == "jsonl" else json.dumps([record]))
+    watch = Watch()
+    result = do_import_file(project=bare, path=path, progress=watch)
+    assert result.steps_created == 95
+    fractions = [fraction for fraction, _steps in watch.seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    during = [(f, steps) for f, steps in watch.seen if 0 < steps < 95]
+    assert len(during) == 9  # a report for each batch of 10 steps before the last
+    for fraction, steps in during:
+        assert fraction == pytest.approx(steps / 95)
+
+
 def test_agentworldbench_writes_each_trajectory_on_its_second_pass(bare, tmp_path, small_batches):
     rows = [awb_row(n) for n in range(60)]
     # shorter rows of sample 0 late in the file still join it (grouping reads all rows first)

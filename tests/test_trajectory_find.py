@@ -206,3 +206,48 @@ def test_text_is_found_as_the_page_shows_it_without_terminal_escapes(researcher_
     ]
     assert find(researcher_client, traj, "[34m").json()["hits"] == []  # never shown
     assert find(researcher_client, traj, "dpkg: failed").json()["total"] == 1
+
+
+def test_every_window_agrees_with_the_hits_listed_one_by_one(project, monkeypatch):
+    """Windows from every place, forward and back, of every size, with the count past them
+    cut short or not, against the list of all hits written out by hand: steps outside a
+    window are only counted, the steps of a window back are read again."""
+    from studio.services import step_find
+
+    def factory(i):
+        hits = (0, 2, 1, 0, 3, 1)[i % 6]
+        coloured = "\x1b[31mk\x1b[0miwi" if i % 4 == 1 else ""  # found as "kiwi" on the page
+        return {
+            "thinking": "kiwi" if i % 5 == 0 else "",
+            "action": "echo kiwi" if i % 3 == 0 else "echo",
+            "observation": " ".join(["KIWI"] * hits) + coloured,
+        }
+
+    traj = make_trajectory(project, step_factory=factory, n_steps=17)
+    places = []
+    for i in range(17):
+        s = factory(i)
+        shown = [s["thinking"], s["action"], s["observation"].replace("\x1b[31m", "")]
+        count = sum(text.replace("\x1b[0m", "").lower().count("kiwi") for text in shown)
+        places += [(i, nth) for nth in range(count)]
+    assert len(places) == 34  # 20 in observations, 4 coloured, 4 thinking, 6 actions
+    branch = traj.branches.get()
+    for count_limit in (10_000, 5):
+        monkeypatch.setattr(step_find, "COUNT_LIMIT", count_limit)
+        for limit in (1, 2, 4, 50):
+            for at in [None, *places, (17, 0), (3, 9)]:
+                for back in (False, True):
+                    if at is None and not back:
+                        continue
+                    found = step_find.find_in_branch(branch, "kiwi", at=at, back=back, limit=limit)
+                    start = len(places) if at is None else sum(p < at for p in places)
+                    if back:
+                        first, last = max(start - limit, 0), start
+                    else:
+                        first, last = start, min(start + limit, len(places))
+                    after = len(places) - last
+                    where = (count_limit, limit, at, back)
+                    assert [h.place for h in found.hits] == places[first:last], where
+                    assert found.before == first, where
+                    assert found.more == (after > count_limit), where
+                    assert found.total == last + min(after, count_limit), where

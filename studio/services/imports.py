@@ -36,7 +36,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,21 +209,56 @@ def _parsed(importer, source, forced: bool) -> Iterator[ParsedTrajectory]:
 
 
 class _Progress:
-    """The share of the file read (AgentWorldBench: its first pass is 0..0.5), kept so that
-    every batch written reports it again: the job's report is where a cancel is noticed
-    (studio.jobs.imports). 1.0 comes again after the commit."""
+    """What the job shows: the share of the file read (AgentWorldBench: its first pass is
+    0..0.5), and while a batch is written, a point moving from where it stood to where the
+    reading has got to, by the batch's steps written. Without the second, a file of one long
+    trajectory stood at 0% until all of it was written: it is read (and reported) only after
+    it is handed over. Never goes back. Every batch written reports again: the job's report is
+    where a cancel is noticed (studio.jobs.imports). 1.0 comes again after the commit."""
 
     def __init__(self, progress: Callable[[float], None] | None):
         self.progress = progress
-        self.at = 0.0
+        self.at = 0.0  # the share of the file read
+        self.shown = 0.0
+        self.held = False
+        self.batch: tuple[float, float, int] | None = None  # (from, to, steps) while writing
+        self.written = 0
 
     def read(self, fraction: float) -> None:
         self.at = fraction
+        if not self.held:
+            self.shown = max(self.shown, fraction)
+        self.again()
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Reading meanwhile moves nothing shown: it is the end of the batch about to be
+        written, which the write then moves to step by step."""
+        self.held = True
+        try:
+            yield
+        finally:
+            self.held = False
+
+    @contextmanager
+    def writing(self, steps: int) -> Iterator[None]:
+        self.batch, self.written = (self.shown, max(self.shown, self.at), max(steps, 1)), 0
+        try:
+            yield
+        finally:
+            self.batch = None
+            self.shown = max(self.shown, self.at)
+
+    def wrote(self, steps: int) -> None:
+        if self.batch is not None:
+            start, end, total = self.batch
+            self.written += steps
+            self.shown = max(self.shown, start + (end - start) * min(self.written / total, 1.0))
         self.again()
 
     def again(self) -> None:
         if self.progress is not None:
-            self.progress(self.at)
+            self.progress(self.shown)
 
 
 def do_import_file(
@@ -354,27 +389,35 @@ def _write(
     pending: list[tuple[str, ParsedTrajectory]] = []
     pending_steps = pending_bytes = 0
     created = written = skipped = 0
-    for item in items:
+    upcoming = iter(items)
+    item = next(upcoming, None)
+    while item is not None:
         key = source_key(item)
         digest = bytes.fromhex(key)  # half the memory of the text, for files of many
         if digest in seen:
             skipped += 1
+            item = next(upcoming, None)
             continue
         seen.add(digest)
         pending.append((key, item))
         for steps in (item.steps, *(b.steps for b in item.branches)):
             pending_steps += len(steps)
             pending_bytes += sum(_step_bytes(s) for s in steps)
+        # The next item is read before the batch is written: the reading then stands where
+        # the batch ends, the point its write moves the progress to.
+        with report.hold():
+            item = next(upcoming, None)
         if (
-            pending_steps >= STEP_BATCH
+            item is None
+            or pending_steps >= STEP_BATCH
             or pending_bytes >= BATCH_BYTES
             or len(pending) >= TRAJECTORY_BATCH
         ):
-            made, steps_made, known = _write_batch(project, pending, fmt, name, user, report)
+            with report.writing(pending_steps):
+                made, steps_made, known = _write_batch(project, pending, fmt, name, user, report)
             created, written, skipped = created + made, written + steps_made, skipped + known
             pending, pending_steps, pending_bytes = [], 0, 0
-    made, steps_made, known = _write_batch(project, pending, fmt, name, user, report)
-    return created + made, written + steps_made, skipped + known
+    return created, written, skipped
 
 
 def _write_batch(project, batch: list[tuple[str, ParsedTrajectory]], fmt, name, user, report):
@@ -490,7 +533,7 @@ def _flush(batch: list[Step], report: _Progress) -> int:
             Step.objects.bulk_create(batch)
         batch.clear()
         _forget_queries()
-        report.again()
+        report.wrote(count)
     return count
 
 

@@ -22,9 +22,8 @@ the field's length. Reads only."""
 from __future__ import annotations
 
 import re
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import groupby
 
 from django.db.models import Q, QuerySet
@@ -76,47 +75,123 @@ class FindWindow:
         return self.more or self.before + len(self.hits) < self.total
 
 
+@dataclass(frozen=True)
+class ShownStep:
+    """What a page shows at one step index, in its reading order: (step id, column, field,
+    the field's text as shown) for each text."""
+
+    index: int
+    texts: list[tuple[int, int, str, str]]
+
+    def count(self, pattern: re.Pattern[str]) -> int:
+        # The hits of a step outside the window are only counted: no hit is built for them
+        # (building them was most of the time of a far window; scripts/bench_find.py).
+        return sum(len(pattern.findall(text)) for *_where, text in self.texts)
+
+    def hits(self, pattern: re.Pattern[str]) -> list[StepHit]:
+        found: list[StepHit] = []
+        for step_id, column, field, text in self.texts:
+            for occurrence, match in enumerate(pattern.finditer(text)):
+                found.append(
+                    StepHit(
+                        step_id=step_id,
+                        index=self.index,
+                        field=field,
+                        occurrence=occurrence,
+                        start=match.start(),
+                        end=match.end(),
+                        length=len(text),
+                        column=column,
+                        nth=len(found),
+                    )
+                )
+        return found
+
+
+# The shown steps that may hold the query, in order of index, from the first index to the
+# last (None: to the end), both included.
+ShownSteps = Callable[[int, int | None], Iterable[ShownStep]]
+
+
 def window(
-    hits: Iterable[StepHit],
+    steps: ShownSteps,
+    pattern: re.Pattern[str],
     *,
     at: tuple[int, int] | None = (0, 0),
     back: bool = False,
     limit: int = HIT_LIMIT,
     count_limit: int | None = None,
 ) -> FindWindow:
-    """The window of `hits` (in reading order) from place `at` (step index, nth hit of the
-    step) on; with `back`, the `limit` hits just before `at` (None: the last ones). The hits
-    are numbered in their step here (`nth`)."""
+    """The window of the hits of `pattern` in `steps` (in reading order) from place `at`
+    (step index, nth hit of the step) on; with `back`, the `limit` hits just before `at`
+    (None: the last ones)."""
     count_limit = COUNT_LIMIT if count_limit is None else count_limit
+    if back:
+        return _window_before(steps, pattern, at, limit, count_limit)
+    assert at is not None  # only a window back may end at the last hit
     before = after = 0
-    shown: deque[StepHit] = deque()
-    for hit in _numbered(hits):
-        if back:
-            if at is None or hit.place < at:
-                if len(shown) == limit:
-                    shown.popleft()
+    shown: list[StepHit] = []
+    for step in steps(0, None):
+        if step.index < at[0]:
+            before += step.count(pattern)
+        elif len(shown) == limit:
+            after += step.count(pattern)
+        else:
+            for hit in step.hits(pattern):
+                if hit.place < at:
                     before += 1
-                shown.append(hit)
-                continue
-        elif hit.place < at:  # type: ignore[operator]  # at is None only with back
-            before += 1
-            continue
-        elif len(shown) < limit:
-            shown.append(hit)
-            continue
-        after += 1
+                elif len(shown) < limit:
+                    shown.append(hit)
+                else:
+                    after += 1
         if after > count_limit:
-            return FindWindow(list(shown), before, before + len(shown) + count_limit, True)
-    return FindWindow(list(shown), before, before + len(shown) + after)
+            return FindWindow(shown, before, before + len(shown) + count_limit, True)
+    return FindWindow(shown, before, before + len(shown) + after)
 
 
-def _numbered(hits: Iterable[StepHit]) -> Iterator[StepHit]:
-    step, nth = None, 0
-    for hit in hits:
-        if hit.index != step:
-            step, nth = hit.index, 0
-        yield replace(hit, nth=nth)
-        nth += 1
+def _window_before(
+    steps: ShownSteps,
+    pattern: re.Pattern[str],
+    at: tuple[int, int] | None,
+    limit: int,
+    count_limit: int,
+) -> FindWindow:
+    """The `limit` hits just before `at` (None: the last ones), the hits after it counted as
+    a window on counts them. Every step is counted; then the few steps the window's hits are
+    in are read again and their hits built (holding the texts of the steps of a window back
+    meanwhile could be gigabytes)."""
+    counts: list[tuple[int, int]] = []  # (index, hits before `at`) of the steps with hits
+    after = 0
+    for step in steps(0, None):
+        if at is not None and step.index > at[0]:
+            after += step.count(pattern)
+        elif at is not None and step.index == at[0]:
+            at_step = step.hits(pattern)
+            before_at = sum(1 for hit in at_step if hit.place < at)
+            after += len(at_step) - before_at
+            if before_at:
+                counts.append((step.index, before_at))
+        elif count := step.count(pattern):
+            counts.append((step.index, count))
+        if after > count_limit:
+            break
+    more = after > count_limit
+    after = min(after, count_limit)
+    kept, first = 0, len(counts)
+    while first > 0 and kept < limit:
+        first -= 1
+        kept += counts[first][1]
+    shown: list[StepHit] = []
+    if first < len(counts):
+        last = None if at is None else at[0]
+        shown = [
+            hit
+            for step in steps(counts[first][0], last)
+            for hit in step.hits(pattern)
+            if at is None or hit.place < at
+        ][-limit:]
+    before = sum(count for _index, count in counts) - len(shown)
+    return FindWindow(shown, before, before + len(shown) + after, more)
 
 
 def _pattern(query: str) -> re.Pattern[str]:
@@ -134,39 +209,14 @@ def _matching(query: str, fields: Sequence[str]) -> Q:
     return q
 
 
-def _shown(step: Step, field: str) -> str:
+def _shown(text: str | None) -> str:
     """A field's text as the pages show it: without a terminal's escape sequences."""
-    return without_ansi(getattr(step, field) or "") or ""
+    return without_ansi(text or "") or ""
 
 
-def _field_hits(
-    step: Step, pattern: re.Pattern[str], fields: Sequence[str], column: int = 0
-) -> Iterator[StepHit]:
-    for field in fields:
-        text = _shown(step, field)
-        for occurrence, match in enumerate(pattern.finditer(text)):
-            yield StepHit(
-                step_id=step.pk,
-                index=step.index,
-                field=field,
-                occurrence=occurrence,
-                start=match.start(),
-                end=match.end(),
-                length=len(text),
-                column=column,
-            )
-
-
-def _branch_hits(branch: Branch, query: str) -> Iterator[StepHit]:
-    pattern = _pattern(query)
-    steps = (
-        branch.all_steps()
-        .filter(_matching(query, BRANCH_FIELDS))
-        .only("pk", "index", *BRANCH_FIELDS)
-        .iterator(chunk_size=CHUNK)
-    )
-    for step in steps:
-        yield from _field_hits(step, pattern, BRANCH_FIELDS)
+def _in_range(steps: QuerySet[Step], first: int, last: int | None) -> QuerySet[Step]:
+    steps = steps.filter(index__gte=first)
+    return steps if last is None else steps.filter(index__lte=last)
 
 
 def find_in_branch(
@@ -179,7 +229,24 @@ def find_in_branch(
 ) -> FindWindow:
     """A window (`window`) of the hits of `query` in every step the trajectory page shows
     of `branch` (its inherited steps too), ordered by step."""
-    return window(_branch_hits(branch, query), at=at, back=back, limit=limit)
+    matching = branch.all_steps().filter(_matching(query, BRANCH_FIELDS))
+
+    def steps(first: int, last: int | None) -> Iterator[ShownStep]:
+        rows = (
+            _in_range(matching, first, last)
+            .values_list("pk", "index", *BRANCH_FIELDS)
+            .iterator(chunk_size=CHUNK)
+        )
+        for pk, index, *texts in rows:
+            yield ShownStep(
+                index,
+                [
+                    (pk, 0, field, _shown(text))
+                    for field, text in zip(BRANCH_FIELDS, texts, strict=True)
+                ],
+            )
+
+    return window(steps, _pattern(query), at=at, back=back, limit=limit)
 
 
 def _shown_steps(comparison: Comparison) -> Q:
@@ -214,29 +281,35 @@ def find_in_comparison(
     step `start` on: each compared branch's action and observation at each step, row by row
     and column by column (a step several branches show, inherited from a common ancestor or
     in a run of identical steps, is a hit in each of their columns)."""
-    pattern = _pattern(query)
-    steps = (
-        _comparison_steps(comparison, query, start=start)
-        .only("pk", "index", "branch_id", *COMPARE_FIELDS)
-        .order_by("index", "branch_id")
-        .iterator(chunk_size=CHUNK)
-    )
+    matching = _comparison_steps(comparison, query, start=start)
 
-    def hits() -> Iterator[StepHit]:
-        for index, at_index in groupby(steps, key=lambda step: step.index):
+    def steps(first: int, last: int | None) -> Iterator[ShownStep]:
+        rows = (
+            _in_range(matching, first, last)
+            .values_list("pk", "index", "branch_id", *COMPARE_FIELDS)
+            .order_by("index", "branch_id")
+            .iterator(chunk_size=CHUNK)
+        )
+        for index, at_index in groupby(rows, key=lambda row: row[1]):
             cells = sorted(
                 (
-                    (column, step)
-                    for step in at_index
+                    (column, row)
+                    for row in at_index
                     for column, lineage in enumerate(comparison.lineages)
-                    if owner_at(lineage, index) == step.branch_id
+                    if owner_at(lineage, index) == row[2]
                 ),
                 key=lambda cell: cell[0],
             )
-            for column, step in cells:
-                yield from _field_hits(step, pattern, COMPARE_FIELDS, column)
+            yield ShownStep(
+                index,
+                [
+                    (row[0], column, field, _shown(text))
+                    for column, row in cells
+                    for field, text in zip(COMPARE_FIELDS, row[3:], strict=True)
+                ],
+            )
 
-    return window(hits(), at=at, back=back, limit=limit)
+    return window(steps, _pattern(query), at=at, back=back, limit=limit)
 
 
 def earlier_in_comparison(comparison: Comparison, query: str, *, start: int) -> int:
@@ -257,6 +330,6 @@ def earlier_in_comparison(comparison: Comparison, query: str, *, start: int) -> 
         {
             step.index
             for step in steps
-            if any(pattern.search(_shown(step, field)) for field in COMPARE_FIELDS)
+            if any(pattern.search(_shown(getattr(step, field))) for field in COMPARE_FIELDS)
         }
     )
