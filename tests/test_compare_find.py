@@ -270,3 +270,48 @@ def test_the_rows_view_answers_a_jump(researcher_client, project):
         for q in queries.captured_queries
         if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
     ]
+
+
+def test_every_compare_window_is_a_slice_of_all_the_hits(project, monkeypatch):
+    """Windows from every place, forward and back, of every size, with the count past them cut
+    short or not, are slices of the list of all hits in the page's reading order (step, then
+    column): the steps outside a window are only counted, a window back's steps read again."""
+    from studio.services import step_find
+
+    t, root, alpha, gamma = _three(project)
+    comparison = start_comparison(t, [root, alpha, gamma], diff="meaning")
+
+    def listed(found):
+        return [(h.index, h.column, h.field, h.occurrence, h.nth) for h in found.hits]
+
+    every = step_find.find_in_comparison(comparison, "needle", start=4, limit=1000)
+    hits = listed(every)
+    assert (every.before, every.total, every.more) == (0, len(hits), False)
+    # alpha's action at its fork (4), gamma's column too; root's 5, alpha's 5 (twice) in
+    # gamma's column too; gamma's own 8
+    assert len(hits) == 8 and hits == sorted(hits, key=lambda h: (h[0], h[4]))
+    places = [(h[0], h[4]) for h in hits]
+    for count_limit in (10_000, 3):
+        monkeypatch.setattr(step_find, "COUNT_LIMIT", count_limit)
+        for limit in (1, 2, 5):
+            for at in [None, *places, (10, 0)]:
+                for back in (False, True):
+                    if at is None and not back:
+                        continue
+                    found = step_find.find_in_comparison(
+                        comparison, "needle", start=4, at=at, back=back, limit=limit
+                    )
+                    start = len(places) if at is None else sum(p < at for p in places)
+                    first, last = (
+                        (max(start - limit, 0), start)
+                        if back
+                        else (start, min(start + limit, len(places)))
+                    )
+                    after = len(places) - last
+                    where = (count_limit, limit, at, back)
+                    assert listed(found) == hits[first:last], where
+                    assert found.before == first, where
+                    assert (found.more, found.total) == (
+                        after > count_limit,
+                        last + min(after, count_limit),
+                    ), where
