@@ -12,8 +12,11 @@ colours. It then asks the find endpoint, with Django's test client, for:
   step, and the last window (`back=1`);
 - a rare word (in 5 steps): the first window;
 
-and prints the median server time of --runs runs each, the hits counted and the steps the
-answer had to read. Everything created is deleted at the end (unless --keep).
+and prints the median time of --runs requests each (Django's test client, in this process:
+the view and its queries, no HTTP server), the hits counted and the steps read (a window back
+reads the steps of its hits twice: once counted, once built). Everything created is deleted
+at the end (unless --keep). The `coloured / plain` lines compare the two trajectories; to
+compare two versions of the find, run it on each.
 
     DEBUG=1 DATABASE_URL=postgres://... python scripts/bench_find.py [--steps 100000]
 """

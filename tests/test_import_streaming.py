@@ -109,6 +109,22 @@ def test_one_long_trajectory_moves_the_progress_as_its_steps_are_written(
         assert fraction == pytest.approx(steps / 95)
 
 
+@pytest.mark.parametrize("order", [(0, 1, 0), (0, 0), (0, 1, 1, 1)])
+def test_a_file_ending_with_a_repeated_trajectory_writes_all_the_others(
+    bare, tmp_path, small_batches, order
+):
+    path = tmp_path / "repeats.jsonl"
+    write_jsonl(path, [chat_record(n) for n in order])
+    result = do_import_file(project=bare, path=path)
+    distinct = len(set(order))
+    assert (result.trajectories_created, result.trajectories_skipped) == (
+        distinct,
+        len(order) - distinct,
+    )
+    assert Trajectory.objects.filter(project=bare).count() == distinct
+    assert Step.objects.filter(branch__trajectory__project=bare).count() == 3 * distinct
+
+
 def test_agentworldbench_writes_each_trajectory_on_its_second_pass(bare, tmp_path, small_batches):
     rows = [awb_row(n) for n in range(60)]
     # shorter rows of sample 0 late in the file still join it (grouping reads all rows first)

@@ -251,3 +251,23 @@ def test_every_window_agrees_with_the_hits_listed_one_by_one(project, monkeypatc
                     assert found.before == first, where
                     assert found.more == (after > count_limit), where
                     assert found.total == last + min(after, count_limit), where
+
+
+def test_a_step_written_between_the_two_reads_of_a_window_back_is_left_out():
+    """The last window is counted, then its steps are read again: a step a live episode
+    writes in between is in neither, so the numbers still add up."""
+    from studio.services.step_find import ShownStep, _pattern, window
+
+    written = [ShownStep(i, [(i, 0, "observation", "kiwi kiwi")]) for i in range(4)]
+    reads = []
+
+    def steps(first, last):
+        reads.append((first, last))
+        if len(reads) == 2:  # a step written after the count
+            written.append(ShownStep(4, [(4, 0, "observation", "kiwi")]))
+        return [s for s in written if s.index >= first and (last is None or s.index <= last)]
+
+    found = window(steps, _pattern("kiwi"), at=None, back=True, limit=3)
+    assert reads == [(0, None), (2, 3)]
+    assert [h.place for h in found.hits] == [(2, 1), (3, 0), (3, 1)]
+    assert (found.before, found.total, found.more) == (5, 8, False)

@@ -3,8 +3,9 @@
 The import streams: the importer yields one trajectory at a time (a JSONL file is read line
 by line; AgentWorldBench reads it twice, see its module) and trajectories are written in
 batches of at most STEP_BATCH steps, TRAJECTORY_BATCH trajectories or BATCH_BYTES of text as
-they come, so memory follows the largest trajectory, not the file. Progress is how much of
-the file was read (0..1), reported again at every batch written, and 1.0 after the commit.
+they come, so memory follows the largest trajectories (the one written and the next, read
+before it), not the file. Progress is how much of the file was read (0..1), moved on through
+each batch as its steps are written (`_Progress`), and 1.0 after the commit.
 Nothing of a file is written unless all of it parses and writes: every batch goes in the one
 transaction, and a bad record anywhere (the first one met fails the import, its message
 naming file, line or record and field) rolls back what the batches before it wrote. Each
@@ -396,7 +397,8 @@ def _write(
         digest = bytes.fromhex(key)  # half the memory of the text, for files of many
         if digest in seen:
             skipped += 1
-            item = next(upcoming, None)
+            with report.hold() if pending else nullcontext():
+                item = next(upcoming, None)
             continue
         seen.add(digest)
         pending.append((key, item))
@@ -417,7 +419,10 @@ def _write(
                 made, steps_made, known = _write_batch(project, pending, fmt, name, user, report)
             created, written, skipped = created + made, written + steps_made, skipped + known
             pending, pending_steps, pending_bytes = [], 0, 0
-    return created, written, skipped
+    # a file ending with a repeat of an earlier trajectory leaves the last batch to write
+    with report.writing(pending_steps):
+        made, steps_made, known = _write_batch(project, pending, fmt, name, user, report)
+    return created + made, written + steps_made, skipped + known
 
 
 def _write_batch(project, batch: list[tuple[str, ParsedTrajectory]], fmt, name, user, report):

@@ -125,6 +125,8 @@ def window(
     """The window of the hits of `pattern` in `steps` (in reading order) from place `at`
     (step index, nth hit of the step) on; with `back`, the `limit` hits just before `at`
     (None: the last ones)."""
+    if limit < 1:
+        raise ValueError(f"a window holds at least one hit (got limit={limit})")
     count_limit = COUNT_LIMIT if count_limit is None else count_limit
     if back:
         return _window_before(steps, pattern, at, limit, count_limit)
@@ -181,16 +183,20 @@ def _window_before(
     while first > 0 and kept < limit:
         first -= 1
         kept += counts[first][1]
-    shown: list[StepHit] = []
-    if first < len(counts):
-        last = None if at is None else at[0]
-        shown = [
-            hit
-            for step in steps(counts[first][0], last)
-            for hit in step.hits(pattern)
-            if at is None or hit.place < at
-        ][-limit:]
-    before = sum(count for _index, count in counts) - len(shown)
+    if first == len(counts):
+        return FindWindow([], 0, after, more)
+    # Read again up to the last step counted, not on: a step written meanwhile (a live
+    # episode's) is neither in the window nor in the count. What the second read finds is what
+    # the window shows and counts.
+    last = counts[-1][0] if at is None else at[0]
+    again = [
+        hit
+        for step in steps(counts[first][0], last)
+        for hit in step.hits(pattern)
+        if at is None or hit.place < at
+    ]
+    shown = again[-limit:]
+    before = sum(count for _index, count in counts[:first]) + len(again) - len(shown)
     return FindWindow(shown, before, before + len(shown) + after, more)
 
 
