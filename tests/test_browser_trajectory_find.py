@@ -125,6 +125,8 @@ def test_hits_past_a_window_are_reached_and_a_folded_one_unfolds(
     count_is(page, "hit 21 of 30")
     mark = page.wait_for_selector("#step-20 mark.find-hit.current")
     assert page.locator("#step-20 [data-fold].open").count() == 1  # unfolded to show it
+    toggle = page.locator("#step-20 [data-fold] .fold-toggle")
+    assert toggle.inner_text() == "Show less"  # as the fold's own button would say
     assert page.evaluate(
         """() => {
           const r = document.querySelector('mark.find-hit.current').getBoundingClientRect();
@@ -132,6 +134,12 @@ def test_hits_past_a_window_are_reached_and_a_folded_one_unfolds(
         }"""
     )
     assert mark.inner_text() == "Kiwi-Tag"
+    toggle.click()  # the button folds it again, and can unfold it
+    assert page.locator("#step-20 [data-fold].open").count() == 0
+    assert toggle.inner_text() != "Show less"
+    toggle.click()
+    assert page.locator("#step-20 [data-fold].open").count() == 1
+    assert toggle.inner_text() == "Show less"
     for n in (22, 23, 24):  # the window of 20..22, then the next one
         page.keyboard.press("F3")
         count_is(page, f"hit {n} of 30")

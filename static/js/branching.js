@@ -146,10 +146,7 @@
         if (keys[card.id + "/d" + i]) d.open = true;
       });
       card.querySelectorAll("[data-fold]").forEach(function (f, i) {
-        if (!keys[card.id + "/f" + i]) return;
-        f.classList.add("open");
-        var button = f.querySelector(".fold-toggle");
-        if (button) button.textContent = button.dataset.less;
+        if (keys[card.id + "/f" + i]) window.StudioFolds.set(f, true);
       });
     });
   }

@@ -293,9 +293,7 @@
     if (!body || !body.contains(mark)) return;
     var clamp = body.getBoundingClientRect();
     if (mark.getBoundingClientRect().bottom <= clamp.top + body.clientHeight * 0.75) return;
-    fold.classList.add("open");
-    var button = fold.querySelector(".fold-toggle");
-    if (button && button.dataset.less) button.textContent = button.dataset.less;
+    window.StudioFolds.set(fold, true);
   }
 
   // ---- the trajectory page: one branch, its steps in windows -------------------------------

@@ -3,13 +3,22 @@
 (function () {
   "use strict";
 
+  // Open or close a clamped text (`[data-fold]`), its button saying what a click does next.
+  function setFold(fold, open, button) {
+    fold.classList.toggle("open", open);
+    button = button || fold.querySelector(".fold-toggle");
+    if (button) button.textContent = open ? button.dataset.less : button.dataset.more;
+  }
+  // For the find bar (a hit under the fade) and the job pages (folds open before a swap).
+  window.StudioFolds = { set: setFold };
+
   // "Show all" on clamped observations (works for steps loaded later by htmx too).
   document.addEventListener("click", function (evt) {
     var button = evt.target.closest(".fold-toggle");
     if (!button) return;
     var fold = button.closest("[data-fold]");
-    var open = fold.classList.toggle("open");
-    button.textContent = open ? button.dataset.less : button.dataset.more;
+    var open = !fold.classList.contains("open");
+    setFold(fold, open, button);
     if (!open) fold.scrollIntoView({ block: "nearest" });
   });
 

@@ -397,21 +397,18 @@ def _write(
         digest = bytes.fromhex(key)  # half the memory of the text, for files of many
         if digest in seen:
             skipped += 1
-            with report.hold() if pending else nullcontext():
-                item = next(upcoming, None)
-            continue
-        seen.add(digest)
-        pending.append((key, item))
-        for steps in (item.steps, *(b.steps for b in item.branches)):
-            pending_steps += len(steps)
-            pending_bytes += sum(_step_bytes(s) for s in steps)
-        # The next item is read before the batch is written: the reading then stands where
-        # the batch ends, the point its write moves the progress to.
-        with report.hold():
+        else:
+            seen.add(digest)
+            pending.append((key, item))
+            for steps in (item.steps, *(b.steps for b in item.branches)):
+                pending_steps += len(steps)
+                pending_bytes += sum(_step_bytes(s) for s in steps)
+        # The next item is read before the batch waiting is written: the reading then stands
+        # where the batch ends, the point its write moves the progress to.
+        with report.hold() if pending else nullcontext():
             item = next(upcoming, None)
         if (
-            item is None
-            or pending_steps >= STEP_BATCH
+            pending_steps >= STEP_BATCH
             or pending_bytes >= BATCH_BYTES
             or len(pending) >= TRAJECTORY_BATCH
         ):
@@ -419,7 +416,6 @@ def _write(
                 made, steps_made, known = _write_batch(project, pending, fmt, name, user, report)
             created, written, skipped = created + made, written + steps_made, skipped + known
             pending, pending_steps, pending_bytes = [], 0, 0
-    # a file ending with a repeat of an earlier trajectory leaves the last batch to write
     with report.writing(pending_steps):
         made, steps_made, known = _write_batch(project, pending, fmt, name, user, report)
     return created + made, written + steps_made, skipped + known
