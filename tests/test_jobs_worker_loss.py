@@ -18,7 +18,7 @@ from studio.services.simulation import build_request, start_simulation
 from studio.tasks import enqueue_simulation
 from tests.support.fake_openai import fake_openai_server
 from tests.support.jobs import live_texts, make_trajectory, start_job, wait_job
-from tests.support.worker import running_worker, wait_for
+from tests.support.worker import other_workers_paused, running_worker, wait_for
 
 # Workers of their own (a short STUDIO_JOB_STALE_S, one killed) on queues of their own.
 pytestmark = [
@@ -190,8 +190,10 @@ def test_the_page_of_a_killed_workers_job_says_so_within_15_s(project, researche
 
     from django.urls import reverse
 
+    # No other worker of this run (the session's shared one) sweeps meanwhile: its sweeper
+    # fails the job as lost once its worker is gone, in the moment the page would say so.
     with fake_openai_server(lambda b, i: ANSWER, hold_after_chunks=10) as srv:
-        with running_worker(("default",)) as proc:
+        with running_worker(("default",)) as proc, other_workers_paused(proc):
             job = start_held_job(project, srv.base_url)
             assert SimulationJob.objects.get(pk=job.pk).worker.startswith("test-")
             url = reverse("simulation_job", args=[job.pk])
@@ -201,18 +203,18 @@ def test_the_page_of_a_killed_workers_job_says_so_within_15_s(project, researche
             killed = time.monotonic()
             proc.wait()
 
-        def says_gone() -> str | None:
-            page = researcher_client.get(url, HTTP_HX_REQUEST="true").content.decode()
-            return page if 'data-worker-status="gone"' in page else None
+            def says_gone() -> str | None:
+                page = researcher_client.get(url, HTTP_HX_REQUEST="true").content.decode()
+                return page if 'data-worker-status="gone"' in page else None
 
-        page = wait_for(says_gone, timeout=25, interval=0.5)
-        assert time.monotonic() - killed <= 16.5
-        assert "stopped answering" in page and 'id="job-cancel"' in page
-        assert SimulationJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
-        researcher_client.post(reverse("simulation_job_cancel", args=[job.pk]))
-        job.refresh_from_db()
-        assert job.status == JobStatus.CANCELLED, job.status
-        assert "Cancelled. Its worker had stopped without finishing" in job.error
+            page = wait_for(says_gone, timeout=25, interval=0.5)
+            assert time.monotonic() - killed <= 16.5
+            assert "stopped answering" in page and 'id="job-cancel"' in page
+            assert SimulationJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
+            researcher_client.post(reverse("simulation_job_cancel", args=[job.pk]))
+            job.refresh_from_db()
+            assert job.status == JobStatus.CANCELLED, job.status
+            assert "Cancelled. Its worker had stopped without finishing" in job.error
 
 
 def test_a_worker_shutting_down_warm_beats_on_until_its_job_is_done(project, tmp_path):

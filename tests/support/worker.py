@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,6 +17,8 @@ from django.conf import settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
+# The workers this test process runs now (the session's shared ones too), by pid: their names
+_RUNNING: dict[int, str] = {}
 
 
 def test_database_url() -> str:
@@ -63,6 +67,7 @@ def running_worker(
     # the log may be shared with an earlier worker of this test process: only what this one
     # writes says it is ready
     log_start = log.tell()
+    name = f"test-{os.getpid()}-{time.monotonic_ns()}@{socket.gethostname()}"
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -83,7 +88,7 @@ def running_worker(
             "--without-mingle",
             "--without-heartbeat",
             "-n",
-            f"test-{os.getpid()}-{time.monotonic_ns()}@%h",
+            name,
         ],
         cwd=ROOT,
         env=worker_env(extra_env),
@@ -91,15 +96,71 @@ def running_worker(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    _RUNNING[proc.pid] = name
     try:
         _wait_ready(proc, log_path, start=log_start)
         yield proc
     finally:
+        del _RUNNING[proc.pid]
         # Killed outright: a test's jobs are drained before its worker goes (tests/conftest),
         # and a warm shutdown costs seconds a worker; nothing of this run's queues is kept.
         _kill_group(proc.pid)
         proc.wait()
         log.close()
+
+
+@contextmanager
+def other_workers_paused(*mine: subprocess.Popen) -> Iterator[None]:
+    """Every worker this test process runs but `mine` (the session's shared worker, when an
+    earlier test started it) stopped meanwhile, pool processes too (SIGSTOP): its sweeper
+    would fail a job whose worker is gone, at a time of its own, in the middle of a test of
+    what a page says meanwhile. They go on afterwards, each having beaten again (a page of the
+    next test must not read them as gone)."""
+    from studio.services.workers import heartbeats
+
+    keep = {proc.pid for proc in mine}
+    paused = {pid: name for pid, name in _RUNNING.items() if pid not in keep}
+
+    def signal_all(sig: int) -> None:
+        for pid in paused:
+            os.killpg(pid, sig)
+
+    def stopped_between_writes() -> bool:
+        signal_all(signal.SIGSTOP)
+        if _sqlite_writable():
+            return True
+        signal_all(signal.SIGCONT)  # stopped inside a write (a beat, a sweep): not there
+        return False
+
+    wait_for(stopped_between_writes, timeout=30, interval=0.05)
+    try:
+        yield
+    finally:
+        resumed = time.time()
+        signal_all(signal.SIGCONT)
+
+        def beaten() -> bool:
+            seen = {w.name: w.seen_at.timestamp() for w in heartbeats()}
+            return all(seen.get(name, 0) >= resumed for name in paused.values())
+
+        wait_for(beaten, timeout=30)
+
+
+def _sqlite_writable() -> bool:
+    """Whether no process holds SQLite's write lock (a worker stopped inside a transaction
+    would hold it, and every write of the test would wait on it); always on PostgreSQL,
+    whose row locks a stopped worker's beat or sweep holds on rows no test writes."""
+    if connection.vendor != "sqlite":
+        return True
+    probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.rollback()
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        probe.close()
 
 
 def _kill_group(pgid: int) -> None:
